@@ -1,0 +1,203 @@
+"""Algorithms as bundles: rollout strategy + advantage estimator + policy loss.
+
+An algorithm is registered with ``@register_algorithm(name)`` and configured by
+``conf/algorithm/<name>.yaml``, the single place where all its knobs live::
+
+    name: grpo
+    rollout:   {name: group}                              # -> ROLLOUTS registry
+    advantage: {name: grpo, std_kind: unbiased, ...}      # -> ADVANTAGES registry
+    loss:      {name: ppo_clip, clip_low: 0.2, ...}       # -> POLICY_LOSSES registry
+    agg: token-mean                                       # loss aggregation mode (spec §0.2)
+    agg_L_max: null                                       # L_max of seq-mean-token-sum-norm
+    kl: {coef: 0.0, estimator: k3}                        # KL to the reference model (§0.4)
+    entropy_coef: 0.0
+    overlong: {enabled: false, buffer_len: null, buffer_frac: 0.2, penalty: 1.0}  # DAPO §9.3
+
+The shared maths every bundle uses lives here: loss aggregation (:class:`Aggregator`), the KL
+estimators k1/k2/k3 and DAPO's overlong reward shaping. Subclasses override a hook only when the
+method changes the data flow itself.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from harness.batch import RolloutBatch
+from harness.components import ConfigError, build, validate
+from harness.registry import ADVANTAGES, ALGORITHMS, POLICY_LOSSES, ROLLOUTS
+
+AGG_MODES = ("token-mean", "seq-mean-token-mean", "seq-mean-token-sum", "seq-mean-token-sum-norm")
+KL_ESTIMATORS = ("k1", "k2", "k3")
+
+
+@dataclass
+class KLConfig:
+    coef: float = 0.0
+    estimator: str = "k3"
+
+
+@dataclass
+class OverlongConfig:
+    """DAPO soft overlong punishment with L_max = rollout.max_new_tokens and L_cache =
+    buffer_len tokens (null: buffer_frac * L_max; the paper's 4096 / 20480 = 0.2)."""
+
+    enabled: bool = False
+    buffer_len: int | None = None
+    buffer_frac: float = 0.2
+    penalty: float = 1.0
+
+
+@dataclass
+class AlgorithmConfig:
+    name: str = "grpo"
+    rollout: dict[str, Any] = field(default_factory=lambda: {"name": "group"})
+    advantage: dict[str, Any] = field(default_factory=lambda: {"name": "grpo"})
+    loss: dict[str, Any] = field(default_factory=lambda: {"name": "ppo_clip"})
+    agg: str = "token-mean"
+    agg_L_max: int | None = None
+    kl: KLConfig = field(default_factory=KLConfig)
+    entropy_coef: float = 0.0
+    overlong: OverlongConfig = field(default_factory=OverlongConfig)
+
+
+@dataclass
+class Aggregator:
+    """Loss aggregation over a whole mini-batch, applied one micro-batch at a time.
+
+    ``total_tokens``/``total_seqs`` are counted over the mini-batch, so the micro-batch losses
+    sum exactly to the mini-batch loss (micro-batching never changes the gradient). Modes:
+
+    * token-mean:              sum_{i,t} m l / sum_{i,t} m
+    * seq-mean-token-mean:     1/B sum_i (sum_t m l / sum_t m)
+    * seq-mean-token-sum:      1/B sum_i sum_t m l
+    * seq-mean-token-sum-norm: 1/(B L_max) sum_i sum_t m l   (L_max fixed by config, never the
+      padded width, so padding cannot change the loss -- Dr.GRPO)
+    """
+
+    mode: str
+    total_tokens: float
+    total_seqs: int
+    L_max: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.mode not in AGG_MODES:
+            raise ConfigError(f"algorithm.agg={self.mode!r}; valid modes: {', '.join(AGG_MODES)}")
+        if self.mode == "seq-mean-token-sum-norm" and not self.L_max:
+            raise ConfigError("algorithm.agg_L_max must be set for seq-mean-token-sum-norm")
+
+    @classmethod
+    def for_batch(cls, mode: str, batch: RolloutBatch, L_max: int | None = None) -> Aggregator:
+        tokens = float(batch["response_mask"].sum().item())
+        return cls(mode=mode, total_tokens=tokens, total_seqs=len(batch), L_max=L_max)
+
+    def __call__(self, per_token: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        masked = per_token * mask
+        seqs = max(self.total_seqs, 1)
+        if self.mode == "token-mean":
+            return masked.sum() / max(self.total_tokens, 1.0)
+        if self.mode == "seq-mean-token-mean":
+            return (masked.sum(-1) / mask.sum(-1).clamp(min=1.0)).sum() / seqs
+        if self.mode == "seq-mean-token-sum":
+            return masked.sum() / seqs
+        return masked.sum() / (seqs * self.L_max)
+
+    def mean(self, per_token: torch.Tensor, mask: torch.Tensor) -> float:
+        """Token-weighted share of a diagnostic (clip fraction, entropy) for this micro-batch;
+        summing over micro-batches gives the mini-batch token mean."""
+        return float((per_token * mask).sum().item() / max(self.total_tokens, 1.0))
+
+
+def kl_penalty(logp: torch.Tensor, ref_logp: torch.Tensor, estimator: str) -> torch.Tensor:
+    """Per-token KL(pi || pi_ref) estimates (verl ``kl_penalty``): k1 = log r,
+    k2 = (log r)^2 / 2, k3 = exp(-log r) + log r - 1 clamped to [-10, 10], log r = logp - ref."""
+    log_ratio = logp - ref_logp
+    if estimator == "k1":
+        return log_ratio
+    if estimator == "k2":
+        return 0.5 * log_ratio.square()
+    if estimator == "k3":
+        return (torch.exp(-log_ratio) + log_ratio - 1.0).clamp(-10.0, 10.0)
+    raise ConfigError(f"algorithm.kl.estimator={estimator!r}; valid: {', '.join(KL_ESTIMATORS)}")
+
+
+def overlong_penalty(lengths: torch.Tensor, max_len: int, buffer_len: int, penalty: float) -> torch.Tensor:
+    """DAPO R_len(|y|): 0 up to L_max - L_cache, then linear down to -penalty at L_max."""
+    start = max_len - buffer_len
+    frac = (start - lengths.float()) / max(buffer_len, 1)
+    return (frac * penalty).clamp(min=-penalty, max=0.0)
+
+
+class Algorithm:
+    """The default bundle. ``@register_algorithm`` subclasses document one method each."""
+
+    def __init__(self, config: AlgorithmConfig, max_new_tokens: int) -> None:
+        self.config = config
+        self.max_new_tokens = max_new_tokens
+        if config.agg not in AGG_MODES:
+            raise ConfigError(f"algorithm.agg={config.agg!r}; valid modes: {', '.join(AGG_MODES)}")
+        if config.kl.estimator not in KL_ESTIMATORS:
+            raise ConfigError(
+                f"algorithm.kl.estimator={config.kl.estimator!r}; valid: {', '.join(KL_ESTIMATORS)}"
+            )
+        self.rollout = build(ROLLOUTS, config.rollout, "algorithm.rollout")
+        self.advantage = build(ADVANTAGES, config.advantage, "algorithm.advantage")
+        self.policy_loss = build(POLICY_LOSSES, config.loss, "algorithm.loss")
+        self.L_max = config.agg_L_max or max_new_tokens
+
+    @property
+    def needs_reference(self) -> bool:
+        return self.config.kl.coef > 0
+
+    # -- stages ---------------------------------------------------------------------------------
+    def shape_rewards(self, batch: RolloutBatch) -> None:
+        """Reward shaping after verification (in place on ``batch['rewards']``)."""
+        ov = self.config.overlong
+        if ov.enabled:
+            batch.require("raw_rewards", "response_mask", stage="overlong shaping")
+            buffer = ov.buffer_len if ov.buffer_len is not None else round(
+                ov.buffer_frac * self.max_new_tokens
+            )
+            batch["rewards"] = batch["raw_rewards"] + overlong_penalty(
+                batch.response_lengths(), self.max_new_tokens, buffer, ov.penalty
+            )
+
+    def compute_advantages(self, batch: RolloutBatch) -> None:
+        batch.require("rewards", "group_index", "response_mask", stage="advantage")
+        batch["advantages"] = self.advantage(batch)
+
+    def aggregator(self, minibatch: RolloutBatch) -> Aggregator:
+        return Aggregator.for_batch(self.config.agg, minibatch, self.L_max)
+
+    def loss(
+        self,
+        mb: RolloutBatch,
+        logp: torch.Tensor,
+        entropy: torch.Tensor | None,
+        agg: Aggregator,
+    ) -> tuple[torch.Tensor, dict[str, float]]:
+        """Policy loss + KL penalty - entropy bonus, aggregated by ``agg``."""
+        loss, metrics = self.policy_loss(mb, logp, entropy, agg)
+        mask = mb["response_mask"]
+        if self.config.kl.coef > 0:
+            mb.require("ref_logprobs", stage="kl penalty")
+            kl = kl_penalty(logp, mb["ref_logprobs"], self.config.kl.estimator)
+            loss = loss + self.config.kl.coef * agg(kl, mask)
+            metrics["actor/kl"] = agg.mean(kl.detach(), mask)
+        if self.config.entropy_coef and entropy is not None:
+            loss = loss - self.config.entropy_coef * agg(entropy, mask)
+        if entropy is not None:
+            metrics["actor/entropy"] = agg.mean(entropy.detach(), mask)
+        return loss, metrics
+
+
+def build_algorithm(node: Any, max_new_tokens: int) -> Algorithm:
+    """Validate ``cfg.algorithm`` and instantiate the registered bundle it names."""
+    if node is None or "name" not in node:
+        raise ConfigError(f"algorithm.name is required (one of: {', '.join(ALGORITHMS.names())})")
+    cls = ALGORITHMS.get(node["name"])
+    config = validate(AlgorithmConfig, {**dict(node)}, "algorithm")
+    config.name = node["name"]
+    return cls(config, max_new_tokens)

@@ -1,0 +1,167 @@
+"""``RolloutBatch``: the padded tensors of one RL step plus per-sample metadata.
+
+Schema (B samples, P = longest prompt, T = longest response). Prompts are left-padded and
+responses right-padded, so every response starts at column P of ``input_ids``:
+
+============== ============ =====================================================================
+key            shape/dtype  meaning
+============== ============ =====================================================================
+input_ids      [B, P+T] i64 prompt (left-padded) followed by response (right-padded)
+attention_mask [B, P+T] i64 1 on real tokens
+position_ids   [B, P+T] i64 positions counted over real tokens only
+responses      [B, T] i64   response token ids (pad after the end)
+response_mask  [B, T] f32   1 on tokens the loss sees (0 on padding and on tool outputs)
+rollout_logprobs [B, T] f32 behaviour log-probs recorded by the rollout engine
+old_logprobs   [B, T] f32   log pi_old used in the importance ratio (recomputed or = rollout)
+entropy        [B, T] f32   per-token entropy at sampling time (when recorded)
+ref_logprobs   [B, T] f32   reference-model log-probs (only with a KL term)
+rewards        [B] f32      scalar outcome reward after any shaping
+raw_rewards    [B] f32      the verifier's reward before shaping
+correct        [B] bool     the verifier's verdict
+parsed         [B] bool     an answer could be extracted
+group_index    [B] i64      samples of one prompt share a group index (0..n_groups-1)
+is_offpolicy   [B] bool     sample was not drawn from pi_old (e.g. off-policy guidance)
+truncated      [B] bool     the response hit max_new_tokens
+advantages     [B] or [B,T] written by the advantage estimator
+============== ============ =====================================================================
+
+Stages call :meth:`RolloutBatch.require` with the keys they read, so a missing key fails with a
+message that names the stage and the key.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+
+import torch
+
+from harness.types import Trajectory
+
+
+class RolloutBatch:
+    def __init__(self, tensors: dict[str, torch.Tensor], trajectories: list[Trajectory]) -> None:
+        self.tensors = tensors
+        self.trajectories = trajectories
+
+    # -- construction -------------------------------------------------------------------------
+    @classmethod
+    def from_trajectories(cls, trajs: Sequence[Trajectory], pad_id: int) -> RolloutBatch:
+        """Pad token-in/token-out trajectories into the schema above."""
+        trajs = list(trajs)
+        B = len(trajs)
+        P = max((len(t.prompt_ids) for t in trajs), default=0)
+        T = max((len(t.response_ids) for t in trajs), default=0)
+        T = max(T, 1)  # keep a response axis even when every response is empty
+        input_ids = torch.full((B, P + T), pad_id, dtype=torch.long)
+        attention = torch.zeros((B, P + T), dtype=torch.long)
+        response_mask = torch.zeros((B, T), dtype=torch.float32)
+        rollout_lp = torch.zeros((B, T), dtype=torch.float32)
+        entropy = torch.zeros((B, T), dtype=torch.float32)
+        has_entropy = any(t.entropy is not None for t in trajs)
+        for i, t in enumerate(trajs):
+            p, r = len(t.prompt_ids), len(t.response_ids)
+            input_ids[i, P - p : P] = torch.as_tensor(t.prompt_ids, dtype=torch.long)
+            attention[i, P - p : P] = 1
+            if r:
+                input_ids[i, P : P + r] = torch.as_tensor(t.response_ids, dtype=torch.long)
+                attention[i, P : P + r] = 1
+                mask = t.loss_mask if t.loss_mask is not None else [1] * r
+                response_mask[i, :r] = torch.as_tensor(mask, dtype=torch.float32)
+                if t.logprobs is not None:
+                    rollout_lp[i, :r] = t.logprobs[:r]
+                if t.entropy is not None:
+                    entropy[i, :r] = t.entropy[:r]
+        position_ids = (attention.cumsum(-1) - 1).clamp(min=0)
+        scores = [t.score for t in trajs]
+        tensors = {
+            "input_ids": input_ids,
+            "attention_mask": attention,
+            "position_ids": position_ids,
+            "responses": input_ids[:, P:],
+            "response_mask": response_mask,
+            "rollout_logprobs": rollout_lp,
+            "group_index": torch.as_tensor([t.group_id for t in trajs], dtype=torch.long),
+            "is_offpolicy": torch.zeros(B, dtype=torch.bool),
+            "truncated": torch.as_tensor([t.truncated for t in trajs], dtype=torch.bool),
+        }
+        if has_entropy:
+            tensors["entropy"] = entropy
+        if all(s is not None for s in scores) and scores:
+            rewards = torch.as_tensor([s.reward for s in scores], dtype=torch.float32)
+            tensors["rewards"] = rewards
+            tensors["raw_rewards"] = rewards.clone()
+            tensors["correct"] = torch.as_tensor([s.correct for s in scores], dtype=torch.bool)
+            tensors["parsed"] = torch.as_tensor([s.parsed for s in scores], dtype=torch.bool)
+        return cls(tensors, trajs)
+
+    @classmethod
+    def concat(cls, batches: Sequence[RolloutBatch], pad_id: int) -> RolloutBatch:
+        """Concatenate batches (re-padding), renumbering groups so they stay distinct."""
+        trajs: list[Trajectory] = []
+        offset = 0
+        for b in batches:
+            for t, g in zip(b.trajectories, b["group_index"].tolist()):
+                t.group_id = g + offset
+                trajs.append(t)
+            offset += b.num_groups
+        out = cls.from_trajectories(trajs, pad_id)
+        for key in ("rewards", "raw_rewards"):  # keep shaped rewards
+            if all(key in b for b in batches) and batches:
+                out[key] = torch.cat([b[key] for b in batches])
+        return out
+
+    # -- access ---------------------------------------------------------------------------------
+    def __getitem__(self, key: str) -> torch.Tensor:
+        try:
+            return self.tensors[key]
+        except KeyError:
+            raise KeyError(
+                f"RolloutBatch has no key {key!r}; present: {sorted(self.tensors)}"
+            ) from None
+
+    def __setitem__(self, key: str, value: torch.Tensor) -> None:
+        if value.shape[0] != len(self):
+            raise ValueError(f"{key!r} has {value.shape[0]} rows, the batch has {len(self)}")
+        self.tensors[key] = value
+
+    def __contains__(self, key: object) -> bool:
+        return key in self.tensors
+
+    def __len__(self) -> int:
+        return len(self.trajectories)
+
+    def require(self, *keys: str, stage: str) -> None:
+        missing = [k for k in keys if k not in self.tensors]
+        if missing:
+            raise KeyError(
+                f"stage {stage!r} needs batch keys {missing}, which no earlier stage wrote; "
+                f"present: {sorted(self.tensors)}"
+            )
+
+    @property
+    def prompt_length(self) -> int:
+        return self.tensors["input_ids"].shape[1] - self.tensors["responses"].shape[1]
+
+    @property
+    def num_groups(self) -> int:
+        g = self.tensors["group_index"]
+        return int(g.max().item()) + 1 if len(g) else 0
+
+    def response_lengths(self) -> torch.Tensor:
+        return self.tensors["response_mask"].sum(-1)
+
+    # -- splitting ------------------------------------------------------------------------------
+    def select(self, index: torch.Tensor | Sequence[int]) -> RolloutBatch:
+        idx = torch.as_tensor(index, dtype=torch.long)
+        tensors = {k: v[idx] for k, v in self.tensors.items()}
+        return RolloutBatch(tensors, [self.trajectories[i] for i in idx.tolist()])
+
+    def split(self, size: int) -> Iterator[RolloutBatch]:
+        """Consecutive chunks of ``size`` samples (the last may be smaller)."""
+        n = len(self)
+        size = n if size <= 0 else size
+        for start in range(0, n, size):
+            yield self.select(range(start, min(start + size, n)))
+
+    def to(self, device: torch.device | str) -> RolloutBatch:
+        return RolloutBatch({k: v.to(device) for k, v in self.tensors.items()}, self.trajectories)

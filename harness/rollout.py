@@ -1,0 +1,73 @@
+"""Rollout strategies: how an algorithm turns prompts into a scored ``RolloutBatch``.
+
+A strategy is a dataclass registered with ``@register_rollout(name)``; its fields are the knobs
+under ``algorithm.rollout`` and calling it with a :class:`RolloutContext` returns the batch. The
+default, ``group``, draws ``data.prompts_per_step`` prompts and samples ``rollout.n`` i.i.d.
+responses for each (the GRPO group). :func:`sample_groups` is the shared generate -> verify ->
+shape pipeline that other strategies (dynamic sampling, resampling, branching) build on.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from harness.batch import RolloutBatch
+from harness.registry import register_rollout
+from harness.task import Task
+from harness.types import Example, SamplingParams, Trajectory
+
+
+class RolloutEngine(Protocol):
+    pad_token_id: int
+
+    def encode_prompt(self, example: Example) -> list[int]: ...
+
+    def generate(self, prompts: list[list[int]], params: SamplingParams) -> list[Trajectory]:
+        """``params.n`` samples for each prompt, prompt-major order, ``text`` decoded."""
+        ...
+
+
+@dataclass
+class RolloutContext:
+    engine: RolloutEngine
+    task: Task
+    draw_prompts: Callable[[int], list[Example]]
+    prompts_per_step: int
+    sampling: SamplingParams
+    shape_rewards: Callable[[RolloutBatch], None] = lambda batch: None
+    timings: dict[str, float] = field(default_factory=dict)
+    metrics: dict[str, float] = field(default_factory=dict)
+
+    def add_time(self, stage: str, seconds: float) -> None:
+        self.timings[stage] = self.timings.get(stage, 0.0) + seconds
+
+
+def sample_groups(ctx: RolloutContext, examples: list[Example]) -> RolloutBatch:
+    """Generate ``sampling.n`` responses per example, verify them, shape rewards."""
+    t0 = time.perf_counter()
+    prompt_ids = [ctx.engine.encode_prompt(ex) for ex in examples]
+    trajs = ctx.engine.generate(prompt_ids, ctx.sampling)
+    ctx.add_time("gen", time.perf_counter() - t0)
+
+    t0 = time.perf_counter()
+    n = ctx.sampling.n
+    owners = [examples[i // n] for i in range(len(trajs))]
+    scores = ctx.task.verify_batch(owners, [t.text for t in trajs])
+    for i, (traj, score) in enumerate(zip(trajs, scores)):
+        traj.example, traj.score, traj.group_id = owners[i], score, i // n
+    batch = RolloutBatch.from_trajectories(trajs, ctx.engine.pad_token_id)
+    ctx.shape_rewards(batch)
+    ctx.add_time("reward", time.perf_counter() - t0)
+    return batch
+
+
+@register_rollout("group")
+@dataclass
+class GroupRollout:
+    """G = ``rollout.n`` i.i.d. samples for each of ``data.prompts_per_step`` prompts."""
+
+    def __call__(self, ctx: RolloutContext) -> RolloutBatch:
+        return sample_groups(ctx, ctx.draw_prompts(ctx.prompts_per_step))

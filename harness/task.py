@@ -1,0 +1,90 @@
+"""The task protocol: data, prompt, verifier and evaluation protocol of one benchmark family.
+
+A task is a class registered with ``@register_task(name)`` whose nested ``Config`` dataclass holds
+every knob of ``conf/task/<name>.yaml`` (the config is validated against it, so a typo names the
+key). The trainer uses only the methods below; everything else is the task's business.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+from harness.types import Example, Score
+
+
+@dataclass
+class EvalProtocol:
+    """How one eval set is sampled and scored: ``n`` samples per problem at ``temperature``,
+    reported as unbiased pass@k for every k in ``k`` (k <= n), mean@n and, when the task gives
+    answer keys, maj@k."""
+
+    n: int = 8
+    k: list[int] = field(default_factory=lambda: [1, 8])
+    temperature: float = 1.0
+    top_p: float = 1.0
+    max_new_tokens: int = 16
+    limit: int | None = None  # evaluate only the first ``limit`` problems (None = all)
+
+
+@dataclass
+class EvalSet:
+    name: str
+    examples: list[Example]
+    protocol: EvalProtocol
+
+
+class Task:
+    """Base class of every task. Subclasses set ``Config`` and implement the abstract methods."""
+
+    Config: ClassVar[type]
+    name: ClassVar[str] = ""
+
+    def __init__(self, config: Any) -> None:
+        self.config = config
+
+    # -- data -----------------------------------------------------------------------------------
+    def train_examples(self) -> list[Example]:
+        """The pool RL prompts are drawn from."""
+        raise NotImplementedError
+
+    def eval_sets(self) -> list[EvalSet]:
+        """Held-out sets evaluated every ``trainer.eval_every`` steps."""
+        raise NotImplementedError
+
+    def warmstart_examples(self) -> list[tuple[Example, str]]:
+        """(problem, reference completion) pairs for supervised warm-start of a tiny model.
+        The completion is the exact text the model should emit after the prompt (no EOS)."""
+        raise NotImplementedError(f"task {self.name!r} has no warm-start data")
+
+    @property
+    def default_max_new_tokens(self) -> int:
+        """Training-rollout length used when ``rollout.max_new_tokens`` is null."""
+        raise NotImplementedError
+
+    # -- verification ---------------------------------------------------------------------------
+    def verify(self, example: Example, response: str) -> Score:
+        """Grade one response. Must never execute model output and never hang."""
+        raise NotImplementedError
+
+    def verify_batch(self, examples: list[Example], responses: list[str]) -> list[Score]:
+        return [self.verify(e, r) for e, r in zip(examples, responses)]
+
+    # -- provenance -----------------------------------------------------------------------------
+    def dataset_hash(self) -> str:
+        """sha256 over the train pool and every eval set, logged in the run manifest."""
+        h = hashlib.sha256()
+        for ex in self.train_examples():
+            h.update(_example_bytes(ex))
+        for es in self.eval_sets():
+            h.update(es.name.encode())
+            for ex in es.examples:
+                h.update(_example_bytes(ex))
+        return h.hexdigest()
+
+
+def _example_bytes(ex: Example) -> bytes:
+    payload = {"id": ex.id, "prompt": ex.prompt, "answer": ex.answer}
+    return json.dumps(payload, sort_keys=True, default=str).encode()

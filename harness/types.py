@@ -1,0 +1,74 @@
+"""Core value types that flow between tasks, backends and algorithms.
+
+``Example`` is one problem, ``Score`` is a verifier's verdict on one response, ``SamplingParams``
+says how to sample, and ``Trajectory`` is one sampled response, token-in/token-out: the ids the
+rollout engine produced are the ids the trainer trains on, never re-tokenized.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+
+@dataclass
+class Example:
+    """One problem. ``prompt`` is text or a list of chat messages; ``answer``/``meta`` feed the
+    verifier; ``images`` is for multimodal tasks."""
+
+    id: str
+    prompt: str | list[dict[str, Any]]
+    answer: Any = None
+    meta: dict[str, Any] = field(default_factory=dict)
+    images: list[Any] | None = None
+
+
+@dataclass
+class Score:
+    """A verifier's verdict. A parse failure (``parsed=False``: no answer could be extracted) is
+    not the same as a wrong answer, and the trainer logs the rate of each."""
+
+    reward: float
+    correct: bool
+    parsed: bool
+    info: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class SamplingParams:
+    n: int = 1
+    temperature: float = 1.0
+    top_p: float = 1.0
+    top_k: int = 0  # 0 = no top-k filter
+    max_new_tokens: int = 16
+    entropy: bool = False  # also return the per-token entropy of the sampling distribution
+
+
+@dataclass
+class Trajectory:
+    """One sampled response.
+
+    ``logprobs[t]`` is log pi_b(response_ids[t] | prefix) under the behaviour distribution
+    (temperature-scaled logits, before top-p/top-k filtering). ``loss_mask`` is 0 on tokens the
+    policy did not choose (tool outputs in agentic tasks). ``finish_reason`` is ``"stop"`` (EOS)
+    or ``"length"`` (hit ``max_new_tokens``, i.e. truncated).
+    """
+
+    prompt_ids: list[int]
+    response_ids: list[int]
+    logprobs: torch.Tensor | None = None
+    entropy: torch.Tensor | None = None
+    loss_mask: list[int] | None = None
+    finish_reason: str = "stop"
+    text: str = ""
+    group_id: int = 0
+    example: Example | None = None
+    score: Score | None = None
+    turn_boundaries: list[int] = field(default_factory=list)
+    tool_calls: list[dict[str, Any]] = field(default_factory=list)
+
+    @property
+    def truncated(self) -> bool:
+        return self.finish_reason == "length"
