@@ -123,10 +123,14 @@ def kl_penalty(logp: torch.Tensor, ref_logp: torch.Tensor, estimator: str) -> to
     raise ConfigError(f"algorithm.kl.estimator={estimator!r}; valid: {', '.join(KL_ESTIMATORS)}")
 
 
-def overlong_penalty(lengths: torch.Tensor, max_len: int, buffer_len: int, penalty: float) -> torch.Tensor:
+def overlong_penalty(
+    lengths: torch.Tensor, max_len: int, buffer_len: int, penalty: float
+) -> torch.Tensor:
     """DAPO R_len(|y|): 0 up to L_max - L_cache, then linear down to -penalty at L_max."""
-    start = max_len - buffer_len
-    frac = (start - lengths.float()) / max(buffer_len, 1)
+    lengths = lengths.float()
+    if buffer_len <= 0:  # no soft zone: only responses that reach L_max are punished
+        return torch.where(lengths >= max_len, -penalty, 0.0)
+    frac = (max_len - buffer_len - lengths) / buffer_len
     return (frac * penalty).clamp(min=-penalty, max=0.0)
 
 
@@ -156,12 +160,12 @@ class Algorithm:
         """Reward shaping after verification (in place on ``batch['rewards']``)."""
         ov = self.config.overlong
         if ov.enabled:
-            batch.require("raw_rewards", "response_mask", stage="overlong shaping")
+            batch.require("raw_rewards", "attention_mask", stage="overlong shaping")
             buffer = ov.buffer_len if ov.buffer_len is not None else round(
                 ov.buffer_frac * self.max_new_tokens
             )
             batch["rewards"] = batch["raw_rewards"] + overlong_penalty(
-                batch.response_lengths(), self.max_new_tokens, buffer, ov.penalty
+                batch.generated_lengths(), self.max_new_tokens, buffer, ov.penalty
             )
 
     def compute_advantages(self, batch: RolloutBatch) -> None:

@@ -96,11 +96,14 @@ class RolloutBatch:
 
     @classmethod
     def concat(cls, batches: Sequence[RolloutBatch], pad_id: int) -> RolloutBatch:
-        """Concatenate batches (re-padding), renumbering groups so they stay distinct."""
+        """Concatenate batches, renumbering groups so they stay distinct. The result is rebuilt
+        from the trajectories (re-padded to the new widths; their ``group_id`` is rewritten), so
+        only trajectory data and the (possibly shaped) rewards carry over: concatenate right
+        after rollout, before later stages add keys."""
         trajs: list[Trajectory] = []
         offset = 0
         for b in batches:
-            for t, g in zip(b.trajectories, b["group_index"].tolist()):
+            for t, g in zip(b.trajectories, b["group_index"].tolist(), strict=True):
                 t.group_id = g + offset
                 trajs.append(t)
             offset += b.num_groups
@@ -148,13 +151,48 @@ class RolloutBatch:
         return int(g.max().item()) + 1 if len(g) else 0
 
     def response_lengths(self) -> torch.Tensor:
+        """Tokens the loss sees per sample (tool outputs excluded)."""
         return self.tensors["response_mask"].sum(-1)
+
+    def generated_lengths(self) -> torch.Tensor:
+        """Every response-side token per sample, tool outputs included (the length budget)."""
+        return self.tensors["attention_mask"][:, self.prompt_length :].sum(-1)
 
     # -- splitting ------------------------------------------------------------------------------
     def select(self, index: torch.Tensor | Sequence[int]) -> RolloutBatch:
         idx = torch.as_tensor(index, dtype=torch.long)
         tensors = {k: v[idx] for k, v in self.tensors.items()}
         return RolloutBatch(tensors, [self.trajectories[i] for i in idx.tolist()])
+
+    def select_groups(self, groups: Sequence[int]) -> RolloutBatch:
+        """Whole groups ``groups`` (in that order), renumbered 0..len(groups)-1.
+
+        Rows are index-selected, so every key (shaped rewards included) survives and an empty
+        selection gives a 0-row batch with the same keys. Trajectories are shallow copies with the
+        new ``group_id``: the originals still belong to ``self``.
+        """
+        import dataclasses  # local, so that this method stays the only change to the module
+
+        gi = self.tensors["group_index"]
+        order = torch.as_tensor(list(groups), dtype=torch.long)
+        if len(set(order.tolist())) != len(order):
+            raise ValueError(f"select_groups got repeated groups: {order.tolist()}")
+        G = self.num_groups
+        if len(order) and (order.min() < 0 or order.max() >= G):
+            raise ValueError(f"select_groups: groups must lie in 0..{G - 1}, got {order.tolist()}")
+        new_id = torch.full((max(G, 1),), -1, dtype=torch.long)
+        new_id[order] = torch.arange(len(order), dtype=torch.long)
+        sample_new = new_id[gi] if len(gi) else gi
+        keep = torch.nonzero(sample_new >= 0).flatten()
+        # Sort by new group id (stable) so the batch lists groups in the requested order.
+        keep = keep[torch.sort(sample_new[keep], stable=True).indices]
+        out = self.select(keep)
+        out.tensors["group_index"] = sample_new[keep].clone()
+        out.trajectories = [
+            dataclasses.replace(t, group_id=int(g))
+            for t, g in zip(out.trajectories, out.tensors["group_index"].tolist(), strict=True)
+        ]
+        return out
 
     def split(self, size: int) -> Iterator[RolloutBatch]:
         """Consecutive chunks of ``size`` samples (the last may be smaller)."""

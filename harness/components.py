@@ -37,13 +37,7 @@ def validate(schema: type, node: Any, path: str) -> Any:
     if isinstance(node, DictConfig):
         node = OmegaConf.to_container(node, resolve=True)
     node = {k: v for k, v in dict(node).items() if k != "name"}
-    valid = [f.name for f in dataclasses.fields(schema)]
-    unknown = [k for k in node if k not in valid]
-    if unknown:
-        raise ConfigError(
-            f"unknown config key {path}.{unknown[0]} for {schema.__name__}; "
-            f"valid keys under {path}: {', '.join(valid)}"
-        )
+    check_keys(schema, node, path)
     try:
         merged = OmegaConf.merge(OmegaConf.structured(schema), node)
     except OmegaConfBaseException as exc:
@@ -53,6 +47,27 @@ def validate(schema: type, node: Any, path: str) -> Any:
     if missing:
         raise ConfigError(f"missing required config key {path}.{missing[0]}")
     return OmegaConf.to_object(merged)
+
+
+def check_keys(schema: type, node: dict[str, Any], path: str) -> None:
+    """Reject keys the schema does not declare, at any depth of nested dataclasses."""
+    fields = {f.name: f for f in dataclasses.fields(schema)}
+    for key, value in node.items():
+        if key not in fields:
+            raise ConfigError(
+                f"unknown config key {path}.{key} for {schema.__name__}; "
+                f"valid keys under {path}: {', '.join(fields)}"
+            )
+        sub_schema = _dataclass_type(fields[key])
+        if sub_schema is not None and isinstance(value, dict):
+            check_keys(sub_schema, value, f"{path}.{key}")
+
+
+def _dataclass_type(f: dataclasses.Field) -> type | None:
+    if f.default_factory is not dataclasses.MISSING:  # type: ignore[misc]
+        default = f.default_factory()  # type: ignore[misc]
+        return type(default) if dataclasses.is_dataclass(default) else None
+    return type(f.default) if dataclasses.is_dataclass(f.default) else None
 
 
 def build(registry: Registry, node: Any, path: str, **extra: Any) -> Any:

@@ -51,6 +51,9 @@ def sample_groups(ctx: RolloutContext, examples: list[Example]) -> RolloutBatch:
     prompt_ids = [ctx.engine.encode_prompt(ex) for ex in examples]
     trajs = ctx.engine.generate(prompt_ids, ctx.sampling)
     ctx.add_time("gen", time.perf_counter() - t0)
+    # every generated token counts toward the budget, including groups a strategy discards
+    generated = float(sum(len(t.response_ids) for t in trajs))
+    ctx.metrics["rollout/tokens"] = ctx.metrics.get("rollout/tokens", 0.0) + generated
 
     t0 = time.perf_counter()
     n = ctx.sampling.n

@@ -1,0 +1,290 @@
+"""Hugging Face transformers backend: rollout and training on one model (CPU or GPU).
+
+Rollout is a batched sampling loop over the model's own forward with a KV cache (prefill once,
+then one token per step), so it records exactly what RL needs and nothing else: the sampled ids,
+the behaviour log-prob of each (log-softmax of logits / T, before top-p/top-k truncation, the
+same convention as verl and vLLM's ``logprobs``) and, when asked, the entropy of that
+distribution. Training computes the same quantities with gradients for a padded
+:class:`RolloutBatch`, then AdamW with gradient clipping. Rollout and training share one model,
+so ``update_weights`` is a no-op.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+import shutil
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+
+from harness.batch import RolloutBatch
+from harness.models.tiny import TOKENIZER_MARKER, load_tokenizer
+from harness.types import Example, SamplingParams, Trajectory
+
+
+def resolve_device(name: str) -> torch.device:
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    return torch.device(name)
+
+
+def token_logprobs_and_entropy(
+    logits: torch.Tensor, tokens: torch.Tensor, temperature: float, with_entropy: bool,
+    entropy_grad: bool = False,
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """log pi(token) and H(pi) per position for pi = softmax(logits / temperature), in fp32.
+    The entropy carries a gradient only when asked (an entropy bonus); as a diagnostic it is
+    computed outside the graph so it costs no activation memory."""
+    logp_all = F.log_softmax(logits.float() / temperature, dim=-1)
+    logp = logp_all.gather(-1, tokens.unsqueeze(-1)).squeeze(-1)
+    entropy = None
+    if with_entropy:
+        source = logp_all if entropy_grad else logp_all.detach()
+        entropy = -(source.exp() * source).sum(-1)
+    return logp, entropy
+
+
+def filter_logits(logits: torch.Tensor, top_p: float, top_k: int) -> torch.Tensor:
+    if top_k > 0 and top_k < logits.shape[-1]:
+        kth = torch.topk(logits, top_k, dim=-1).values[..., -1:]
+        logits = logits.masked_fill(logits < kth, float("-inf"))
+    if top_p < 1.0:
+        sorted_logits, order = torch.sort(logits, descending=True, dim=-1)
+        cum = sorted_logits.softmax(-1).cumsum(-1)
+        drop_sorted = cum - sorted_logits.softmax(-1) >= top_p  # keep the token crossing top_p
+        drop = torch.zeros_like(drop_sorted).scatter(-1, order, drop_sorted)
+        logits = logits.masked_fill(drop, float("-inf"))
+    return logits
+
+
+class HFEngine:
+    """``RolloutEngine`` and ``TrainEngine`` over one ``AutoModelForCausalLM``."""
+
+    def __init__(
+        self,
+        model_path: str,
+        backend_cfg: Any,
+        seed: int,
+        optim_cfg: Any | None = None,
+        total_steps: int = 1,
+        need_reference: bool = False,
+    ) -> None:
+        from transformers import AutoModelForCausalLM
+
+        if backend_cfg.threads > 0:
+            torch.set_num_threads(backend_cfg.threads)
+        self.model_path = model_path
+        self.device = resolve_device(backend_cfg.device)
+        dtype = getattr(torch, backend_cfg.dtype)
+        self.tokenizer = load_tokenizer(model_path)
+        self.model = AutoModelForCausalLM.from_pretrained(model_path, dtype=dtype).to(self.device)
+        self.model.eval()
+        self.gen_batch_size = backend_cfg.gen_batch_size
+        self.pad_token_id = (
+            self.tokenizer.pad_token_id
+            if self.tokenizer.pad_token_id is not None
+            else self.tokenizer.eos_token_id
+        )
+        eos = self.model.generation_config.eos_token_id
+        eos = eos if isinstance(eos, list) else [eos]
+        eos.append(self.tokenizer.eos_token_id)
+        self.eos_token_ids = sorted({e for e in eos if e is not None})
+        self.generator = torch.Generator(self.device).manual_seed(seed)
+        self.ref_model = None
+        if need_reference:
+            self.ref_model = copy.deepcopy(self.model).eval().requires_grad_(False)
+        self.optimizer = None
+        self.scheduler = None
+        if optim_cfg is not None:
+            self._build_optimizer(optim_cfg, total_steps)
+
+    # -- rollout --------------------------------------------------------------------------------
+    def encode_prompt(self, example: Example) -> list[int]:
+        if isinstance(example.prompt, str):
+            return self.tokenizer.encode(example.prompt, add_special_tokens=False)
+        return list(
+            self.tokenizer.apply_chat_template(
+                example.prompt, add_generation_prompt=True, tokenize=True, return_dict=False
+            )
+        )
+
+    @torch.no_grad()
+    def generate(
+        self,
+        prompts: list[list[int]],
+        params: SamplingParams,
+        generator: torch.Generator | None = None,
+    ) -> list[Trajectory]:
+        rows = [p for p in prompts for _ in range(params.n)]
+        out: list[Trajectory] = []
+        size = self.gen_batch_size if self.gen_batch_size > 0 else len(rows)
+        for start in range(0, len(rows), size):
+            chunk = rows[start : start + size]
+            out.extend(self._sample(chunk, params, generator or self.generator))
+        texts = self.tokenizer.batch_decode(
+            [t.response_ids[:-1] if t.finish_reason == "stop" else t.response_ids for t in out],
+            skip_special_tokens=True,
+        )
+        for i, (traj, text) in enumerate(zip(out, texts)):
+            traj.text, traj.group_id = text, i // params.n
+        return out
+
+    def _sample(
+        self, prompts: list[list[int]], params: SamplingParams, gen: torch.Generator
+    ) -> list[Trajectory]:
+        N, P = len(prompts), max(len(p) for p in prompts)
+        ids = torch.full((N, P), self.pad_token_id, dtype=torch.long)
+        attn = torch.zeros((N, P), dtype=torch.long)
+        for i, p in enumerate(prompts):  # left padding: every row's next token is column P
+            ids[i, P - len(p) :] = torch.as_tensor(p)
+            attn[i, P - len(p) :] = 1
+        ids, attn = ids.to(self.device), attn.to(self.device)
+        pos = (attn.cumsum(-1) - 1).clamp(min=0)
+        T = params.max_new_tokens
+        tokens = torch.full((N, T), self.pad_token_id, dtype=torch.long, device=self.device)
+        logps = torch.zeros((N, T), device=self.device)
+        ents = torch.zeros((N, T), device=self.device)
+        eos = torch.as_tensor(self.eos_token_ids, device=self.device)
+        done = torch.zeros(N, dtype=torch.bool, device=self.device)
+        lengths = torch.full((N,), T, dtype=torch.long, device=self.device)
+        out = self.model(input_ids=ids, attention_mask=attn, position_ids=pos, use_cache=True,
+                         logits_to_keep=1)
+        cache, next_pos = out.past_key_values, pos[:, -1:] + 1
+        steps = 0
+        for t in range(T):
+            logits = out.logits[:, -1, :].float() / params.temperature
+            logp_all = F.log_softmax(logits, dim=-1)
+            sample_logits = filter_logits(logits, params.top_p, params.top_k)
+            probs = sample_logits.softmax(-1) if sample_logits is not logits else logp_all.exp()
+            nxt = torch.multinomial(probs, 1, generator=gen).squeeze(-1)
+            nxt = torch.where(done, torch.full_like(nxt, self.pad_token_id), nxt)
+            tokens[:, t] = nxt
+            logps[:, t] = logp_all.gather(-1, nxt[:, None]).squeeze(-1)
+            if params.entropy:
+                ents[:, t] = -(logp_all.exp() * logp_all).nan_to_num().sum(-1)
+            hit = ~done & torch.isin(nxt, eos)
+            lengths = torch.where(hit, torch.full_like(lengths, t + 1), lengths)
+            done = done | hit
+            steps = t + 1
+            if bool(done.all()) or t == T - 1:
+                break
+            attn = torch.cat([attn, attn.new_ones((N, 1))], dim=1)
+            out = self.model(input_ids=nxt[:, None], attention_mask=attn, position_ids=next_pos,
+                             past_key_values=cache, use_cache=True)
+            cache, next_pos = out.past_key_values, next_pos + 1
+        tokens, logps, ents = tokens.cpu(), logps.cpu(), ents.cpu()
+        lengths, done = lengths.clamp(max=steps).cpu(), done.cpu()
+        trajs = []
+        for i in range(N):
+            n = int(lengths[i])
+            trajs.append(
+                Trajectory(
+                    prompt_ids=prompts[i],
+                    response_ids=tokens[i, :n].tolist(),
+                    logprobs=logps[i, :n].clone(),
+                    entropy=ents[i, :n].clone() if params.entropy else None,
+                    finish_reason="stop" if bool(done[i]) else "length",
+                )
+            )
+        return trajs
+
+    def update_weights(self, train_engine: Any) -> None:
+        """Rollout and training share one model: nothing to sync."""
+
+    # -- training -------------------------------------------------------------------------------
+    def _build_optimizer(self, cfg: Any, total_steps: int) -> None:
+        self.optimizer = torch.optim.AdamW(
+            self.model.parameters(), lr=cfg.lr, betas=tuple(cfg.betas), eps=cfg.eps,
+            weight_decay=cfg.weight_decay,
+        )
+        warmup, schedule = cfg.warmup_steps, cfg.schedule
+
+        def factor(step: int) -> float:
+            if warmup > 0 and step < warmup:
+                return (step + 1) / warmup
+            frac = (step - warmup) / max(total_steps - warmup, 1)
+            if schedule == "cosine":
+                return 0.5 * (1 + math.cos(math.pi * min(frac, 1.0)))
+            if schedule == "linear":
+                return max(0.0, 1.0 - frac)
+            return 1.0
+
+        self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, factor)
+        self.grad_clip = cfg.grad_clip
+
+    def forward(
+        self, mb: RolloutBatch, temperature: float, with_entropy: bool = True,
+        entropy_grad: bool = False, model: torch.nn.Module | None = None,
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """log pi_theta and entropy [B, T] on the response tokens of ``mb``."""
+        model = model or self.model
+        mb.require("input_ids", "attention_mask", "position_ids", "responses", stage="forward")
+        T = mb["responses"].shape[1]
+        logits = model(
+            input_ids=mb["input_ids"].to(self.device),
+            attention_mask=mb["attention_mask"].to(self.device),
+            position_ids=mb["position_ids"].to(self.device),
+            logits_to_keep=T + 1,
+        ).logits[:, :T]
+        return token_logprobs_and_entropy(logits, mb["responses"].to(self.device), temperature,
+                                          with_entropy, entropy_grad)
+
+    @torch.no_grad()
+    def logprobs(self, batch: RolloutBatch, temperature: float, micro_batch_size: int,
+                 reference: bool = False) -> torch.Tensor:
+        """No-grad log-probs of the batch under the current (or the reference) model."""
+        model = self.ref_model if reference else self.model
+        if model is None:
+            raise RuntimeError("reference log-probs requested but no reference model was kept")
+        parts = [self.forward(mb, temperature, with_entropy=False, model=model)[0].cpu()
+                 for mb in batch.split(micro_batch_size)]
+        return torch.cat(parts)
+
+    def backward(self, loss: torch.Tensor) -> None:
+        loss.backward()
+
+    def optimizer_step(self) -> float:
+        """Clip, step, and return the pre-clip gradient norm."""
+        assert self.optimizer is not None, "engine built without an optimizer"
+        grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.grad_clip)
+        if torch.isfinite(grad_norm):
+            self.optimizer.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        self.scheduler.step()
+        return float(grad_norm)
+
+    @property
+    def lr(self) -> float:
+        return self.optimizer.param_groups[0]["lr"] if self.optimizer else 0.0
+
+    def train_mode(self, on: bool) -> None:
+        self.model.train(on)
+
+    # -- checkpoints ----------------------------------------------------------------------------
+    def save(self, path: str | Path) -> None:
+        path = Path(path)
+        self.model.save_pretrained(path)
+        self.tokenizer.save_pretrained(path)
+        marker = Path(self.model_path) / TOKENIZER_MARKER
+        if marker.exists():  # keep the checkpoint loadable with the same tokenizer
+            shutil.copy(marker, path / TOKENIZER_MARKER)
+        state = {"generator": self.generator.get_state()}
+        if self.optimizer is not None:
+            state["optimizer"] = self.optimizer.state_dict()
+            state["scheduler"] = self.scheduler.state_dict()
+        torch.save(state, path / "engine_state.pt")
+
+    def load(self, path: str | Path) -> None:
+        from transformers import AutoModelForCausalLM
+
+        path = Path(path)
+        loaded = AutoModelForCausalLM.from_pretrained(path, dtype=self.model.dtype)
+        self.model.load_state_dict(loaded.state_dict())
+        state = torch.load(path / "engine_state.pt", weights_only=False)
+        self.generator.set_state(state["generator"])
+        if self.optimizer is not None and "optimizer" in state:
+            self.optimizer.load_state_dict(state["optimizer"])
+            self.scheduler.load_state_dict(state["scheduler"])

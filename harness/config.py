@@ -1,0 +1,200 @@
+"""Structured config schema (Hydra + OmegaConf) and its validation.
+
+``conf/config.yaml`` composes the groups ``algorithm/ task/ model/ backend/ trainer/`` on top of
+the :class:`Config` schema registered here, so Hydra rejects an unknown key or a wrong type under
+``model``, ``backend``, ``trainer``, ``data``, ``rollout`` and ``tracking`` naming the key.
+``algorithm`` and ``task`` are open at the schema level because each registered algorithm/task
+declares its own knobs; :func:`validate_config` checks them against those declarations before
+anything runs. Canonical keys (DESIGN.md): ``seed``, ``algorithm``, ``task``, ``model``,
+``backend``, ``trainer.steps``, ``trainer.eval_every``, ``data.prompts_per_step``, ``rollout.n``,
+``rollout.temperature``, ``rollout.max_new_tokens``, ``tracking.uri``, ``tracking.experiment``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from omegaconf import DictConfig, OmegaConf
+
+from harness.components import ConfigError, schema_of, validate
+from harness.registry import BACKENDS, MODELS, TASKS
+
+
+@dataclass
+class TinyArchConfig:
+    """The tiny default model: a Qwen2 causal LM over a character-level tokenizer."""
+
+    architecture: str = "qwen2"  # qwen2 | llama
+    hidden_size: int = 128
+    num_layers: int = 3
+    num_heads: int = 4
+    num_kv_heads: int = 4
+    intermediate_size: int = 512
+    max_position_embeddings: int = 2048
+    tie_word_embeddings: bool = True
+
+
+@dataclass
+class PretrainConfig:
+    """Supervised warm-start on the task's reference solutions (``rlbench pretrain``)."""
+
+    steps: int = 200
+    batch_size: int = 128
+    lr: float = 1.0e-3
+    weight_decay: float = 0.0
+    warmup_steps: int = 20
+    seed: int = 0
+
+
+@dataclass
+class ModelConfig:
+    name: str = "tiny"
+    source: str = "tiny"  # tiny: built + warm-started locally; hf: a local dir or hub id in `path`
+    path: str | None = None
+    task_variant: str = "full"  # the task variant a model of this size is meant for
+    cache_dir: str | None = None  # tiny models: where built models live (default ~/.cache/rlbench)
+    arch: TinyArchConfig = field(default_factory=TinyArchConfig)
+    pretrain: PretrainConfig = field(default_factory=PretrainConfig)
+
+
+@dataclass
+class BackendConfig:
+    name: str = "hf"
+    rollout: str = "hf"  # rollout engine (BACKENDS registry)
+    train: str = "hf"  # train engine; the same name on both sides shares one model
+    device: str = "auto"  # auto = cuda when available, else cpu
+    dtype: str = "float32"  # float32 | bfloat16 | float16
+    threads: int = 0  # torch CPU threads; 0 = leave torch's default
+    gen_batch_size: int = 1024  # most sequences generated in one batch
+
+
+@dataclass
+class OptimConfig:
+    lr: float = 1.0e-4
+    betas: list[float] = field(default_factory=lambda: [0.9, 0.999])
+    eps: float = 1.0e-8
+    weight_decay: float = 0.0
+    grad_clip: float = 1.0
+    warmup_steps: int = 0
+    schedule: str = "constant"  # constant | cosine | linear (decay to 0 at trainer.steps)
+
+
+@dataclass
+class TrainerConfig:
+    steps: int = 400
+    eval_every: int = 50
+    eval_at_start: bool = True
+    checkpoint_every: int = 100
+    output_dir: str | None = None  # null: Hydra's run dir (or ./outputs/<run name>)
+    resume: str | None = None  # a checkpoint dir (or an output dir: its latest checkpoint)
+    mini_batch_size: int = 0  # samples per optimizer step; 0 = the whole batch
+    micro_batch_size: int = 0  # samples per forward/backward; 0 = the mini-batch
+    epochs: int = 1  # inner PPO epochs over each batch
+    shuffle: bool = False  # shuffle samples before splitting into mini-batches
+    old_logprobs: str = "recompute"  # recompute (verl) | rollout (trust the sampler's)
+    max_wall_s: float | None = None  # stop (cleanly, with a checkpoint) after this many seconds
+    status_every: int = 1  # one status line every N steps (0 = off)
+    optim: OptimConfig = field(default_factory=OptimConfig)
+
+
+@dataclass
+class DataConfig:
+    prompts_per_step: int = 32
+
+
+@dataclass
+class RolloutConfig:
+    n: int = 8
+    temperature: float = 1.0
+    top_p: float = 1.0
+    top_k: int = 0
+    max_new_tokens: int | None = None  # null: the task's default for its variant
+    entropy: bool = True  # record per-token entropy at sampling time
+
+
+@dataclass
+class TrackingConfig:
+    uri: str | None = None  # null: $MLFLOW_TRACKING_URI, else sqlite:///<cwd>/mlruns.db
+    experiment: str = "rlbench"
+    run_name: str | None = None
+    enabled: bool = True
+    log_samples: int = 8  # sample rollouts saved (jsonl artifact) per evaluation
+    tags: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass
+class Config:
+    seed: int = 0
+    algorithm: Any = None
+    task: Any = None
+    model: ModelConfig = field(default_factory=ModelConfig)
+    backend: BackendConfig = field(default_factory=BackendConfig)
+    trainer: TrainerConfig = field(default_factory=TrainerConfig)
+    data: DataConfig = field(default_factory=DataConfig)
+    rollout: RolloutConfig = field(default_factory=RolloutConfig)
+    tracking: TrackingConfig = field(default_factory=TrackingConfig)
+
+
+def register_schema() -> None:
+    """Make ``rlbench_schema`` available to ``conf/config.yaml``'s defaults list."""
+    from hydra.core.config_store import ConfigStore
+
+    ConfigStore.instance().store(name="rlbench_schema", node=Config)
+
+
+_CHOICES = {
+    "trainer.old_logprobs": ("recompute", "rollout"),
+    "trainer.optim.schedule": ("constant", "cosine", "linear"),
+    "backend.dtype": ("float32", "bfloat16", "float16"),
+    "model.arch.architecture": ("qwen2", "llama"),
+}
+
+
+def validate_config(cfg: DictConfig) -> None:
+    """Check everything Hydra's schema cannot: enumerations, names in registries, and the
+    algorithm's and task's own knobs. Raises :class:`ConfigError` naming the key."""
+    from harness.algorithm import AlgorithmConfig, build_algorithm
+
+    for key, valid in _CHOICES.items():
+        value = OmegaConf.select(cfg, key)
+        if value not in valid:
+            raise ConfigError(f"{key}={value!r} is not one of: {', '.join(valid)}")
+    for key, registry in (("model.source", MODELS), ("backend.rollout", BACKENDS),
+                          ("backend.train", BACKENDS)):
+        name = OmegaConf.select(cfg, key)
+        if name not in registry:
+            raise ConfigError(f"{key}: {registry._unknown_message(name)}")
+    for key in ("trainer.steps", "data.prompts_per_step", "rollout.n", "trainer.epochs"):
+        if OmegaConf.select(cfg, key) < 1:
+            raise ConfigError(f"{key} must be >= 1, got {OmegaConf.select(cfg, key)}")
+    if cfg.rollout.temperature <= 0:
+        raise ConfigError(f"rollout.temperature must be > 0, got {cfg.rollout.temperature}")
+    if cfg.trainer.eval_every < 0:
+        raise ConfigError("trainer.eval_every must be >= 0 (0 = never)")
+    # algorithm: its bundle and every building block
+    if not isinstance(cfg.algorithm, DictConfig) or "name" not in cfg.algorithm:
+        raise ConfigError("algorithm must be chosen, e.g. algorithm=grpo")
+    from harness.registry import ALGORITHMS
+
+    ALGORITHMS.get(cfg.algorithm.name)
+    validate(AlgorithmConfig, cfg.algorithm, "algorithm")
+    build_algorithm(cfg.algorithm, max_new_tokens=cfg.rollout.max_new_tokens or 1)
+    if not isinstance(cfg.task, DictConfig) or "name" not in cfg.task:
+        raise ConfigError("task must be chosen, e.g. task=countdown")
+    validate(schema_of(TASKS.get(cfg.task.name)), cfg.task, "task")
+
+
+def flatten(node: Any, prefix: str = "") -> dict[str, Any]:
+    """``{"a": {"b": 1}}`` -> ``{"a.b": 1}`` (lists kept as values), for MLflow params."""
+    if isinstance(node, DictConfig):
+        node = OmegaConf.to_container(node, resolve=True)
+    out: dict[str, Any] = {}
+    if isinstance(node, dict):
+        for k, v in node.items():
+            out.update(flatten(v, f"{prefix}{k}."))
+        if not node and prefix:
+            out[prefix[:-1]] = "{}"
+        return out
+    out[prefix[:-1]] = node
+    return out

@@ -1,0 +1,107 @@
+"""Evaluation: sample ``n`` responses per held-out problem and report pass@k, mean@n, maj@k.
+
+pass@k is the unbiased estimator of Chen et al. (2021, "Codex"): with ``c`` correct among ``n``
+samples, pass@k = 1 - C(n-c, k) / C(n, k), averaged over problems. mean@n is the mean reward over
+all samples (for 0/1 rewards it equals pass@1). maj@k (majority vote over the first k answers)
+is reported only when the task's scores carry an ``answer_key`` in ``Score.info``. Metric names
+use ``_at_`` because MLflow rejects ``@``: ``eval/<set>/pass_at_<k>``.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+from typing import Any
+
+import numpy as np
+import torch
+
+from harness.task import EvalSet, Task
+from harness.types import SamplingParams
+
+
+def pass_at_k(n: int, c: int, k: int) -> float:
+    """Unbiased pass@k for one problem (numerically stable product form)."""
+    if k > n:
+        raise ValueError(f"pass@{k} needs at least {k} samples per problem, got n={n}")
+    if n - c < k:
+        return 1.0
+    return float(1.0 - np.prod(1.0 - k / np.arange(n - c + 1, n + 1)))
+
+
+def majority_correct(keys: list[Any], correct: list[bool]) -> bool:
+    """Is the most frequent answer key (ties broken by first occurrence) a correct one?"""
+    counts = Counter(k for k in keys if k is not None)
+    if not counts:
+        return False
+    top = max(counts.values())
+    winner = next(k for k in keys if k is not None and counts[k] == top)
+    return any(c for k, c in zip(keys, correct) if k == winner)
+
+
+def evaluate_set(
+    engine: Any, task: Task, eval_set: EvalSet, generator: torch.Generator, samples_to_keep: int = 0
+) -> tuple[dict[str, float], list[dict[str, Any]]]:
+    proto = eval_set.protocol
+    examples = eval_set.examples
+    params = SamplingParams(n=proto.n, temperature=proto.temperature, top_p=proto.top_p,
+                            max_new_tokens=proto.max_new_tokens)
+    start = time.perf_counter()
+    prompt_ids = [engine.encode_prompt(ex) for ex in examples]
+    trajs = engine.generate(prompt_ids, params, generator=generator)
+    owners = [examples[i // proto.n] for i in range(len(trajs))]
+    scores = task.verify_batch(owners, [t.text for t in trajs])
+    n = proto.n
+    correct = np.array([s.correct for s in scores], dtype=bool).reshape(len(examples), n)
+    rewards = np.array([s.reward for s in scores], dtype=float)
+    name = eval_set.name
+    metrics: dict[str, float] = {}
+    per_problem_c = correct.sum(1)
+    for k in proto.k:
+        metrics[f"eval/{name}/pass_at_{k}"] = float(
+            np.mean([pass_at_k(n, int(c), k) for c in per_problem_c])
+        )
+    metrics[f"eval/{name}/mean_at_{n}"] = float(rewards.mean())
+    metrics[f"eval/{name}/parse_fail_rate"] = float(np.mean([not s.parsed for s in scores]))
+    metrics[f"eval/{name}/response_len"] = float(np.mean([len(t.response_ids) for t in trajs]))
+    keys = [s.info.get("answer_key") for s in scores]
+    if any(k is not None for k in keys):
+        for k in proto.k:
+            votes = [
+                majority_correct(keys[i * n : i * n + k], correct[i, :k].tolist())
+                for i in range(len(examples))
+            ]
+            metrics[f"eval/{name}/maj_at_{k}"] = float(np.mean(votes))
+    metrics[f"eval/{name}/samples"] = float(len(trajs))
+    metrics[f"time/eval_{name}"] = time.perf_counter() - start
+    kept = [
+        {
+            "eval_set": name,
+            "example_id": owners[i].id,
+            "prompt": owners[i].prompt,
+            "response": trajs[i].text,
+            "reward": scores[i].reward,
+            "correct": scores[i].correct,
+            "parsed": scores[i].parsed,
+            "finish_reason": trajs[i].finish_reason,
+        }
+        for i in range(0, len(trajs), n)[:samples_to_keep]
+    ]
+    return metrics, kept
+
+
+def evaluate(
+    engine: Any, task: Task, seed: int, step: int, samples_to_keep: int = 0
+) -> tuple[dict[str, float], list[dict[str, Any]]]:
+    """Every eval set of ``task``; the sampling seed depends on (seed, step) only, so an
+    evaluation is reproducible and independent of how training consumed random numbers."""
+    generator = torch.Generator(engine.device).manual_seed(1_000_003 * (seed + 1) + step)
+    metrics: dict[str, float] = {}
+    samples: list[dict[str, Any]] = []
+    start = time.perf_counter()
+    for eval_set in task.eval_sets():
+        m, s = evaluate_set(engine, task, eval_set, generator, samples_to_keep)
+        metrics.update(m)
+        samples.extend(s)
+    metrics["time/eval"] = time.perf_counter() - start
+    return metrics, samples

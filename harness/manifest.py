@@ -1,0 +1,68 @@
+"""The run manifest: everything needed to trace a number back to code, config and data."""
+
+from __future__ import annotations
+
+import importlib.metadata
+import os
+import platform
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import torch
+from omegaconf import OmegaConf
+
+PACKAGES = ("rlbench", "torch", "transformers", "tokenizers", "mlflow", "hydra-core", "omegaconf",
+            "numpy", "math-verify", "vllm", "megatron-core", "trl")
+
+
+def git_state(repo: Path | None = None) -> dict[str, Any]:
+    repo = repo or Path(__file__).resolve().parents[1]
+
+    def run(*args: str) -> str:
+        return subprocess.run(["git", *args], cwd=repo, capture_output=True, text=True,
+                              timeout=10).stdout.strip()
+
+    try:
+        commit = run("rev-parse", "HEAD")
+        dirty = bool(run("status", "--porcelain", "--untracked-files=no"))
+    except (OSError, subprocess.SubprocessError):
+        return {"commit": None, "dirty": None}
+    return {"commit": commit or None, "dirty": dirty if commit else None}
+
+
+def package_versions() -> dict[str, str | None]:
+    out: dict[str, str | None] = {}
+    for name in PACKAGES:
+        try:
+            out[name] = importlib.metadata.version(name)
+        except importlib.metadata.PackageNotFoundError:
+            out[name] = None
+    return out
+
+
+def hardware() -> dict[str, Any]:
+    info: dict[str, Any] = {
+        "platform": platform.platform(),
+        "python": sys.version.split()[0],
+        "cpu_count": os.cpu_count(),
+        "torch_threads": torch.get_num_threads(),
+        "cuda": torch.cuda.is_available(),
+    }
+    if torch.cuda.is_available():
+        info["gpus"] = [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())]
+    return info
+
+
+def build_manifest(cfg: Any, dataset_hash: str, model_path: str) -> dict[str, Any]:
+    return {
+        "git": git_state(),
+        "command": sys.argv,
+        "seed": cfg.seed,
+        "config": OmegaConf.to_container(cfg, resolve=True),
+        "dataset_hash": dataset_hash,
+        "model_path": model_path,
+        "packages": package_versions(),
+        "hardware": hardware(),
+    }

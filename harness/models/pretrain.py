@@ -1,0 +1,73 @@
+"""Supervised warm start: next-token cross-entropy on (prompt, reference completion) pairs.
+
+Only completion tokens (and the final EOS) are trained on; the prompt is context. A fixed number
+of AdamW steps with linear warm-up keeps the result reproducible (same seed, same weights),
+unlike a wall-clock budget.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import torch
+from tqdm import tqdm
+
+IGNORE = -100
+
+
+def encode_pairs(tokenizer: Any, pairs: list[tuple[Any, str]]) -> tuple[torch.Tensor, ...]:
+    """Right-padded ``input_ids``, ``attention_mask`` and ``labels`` (prompt masked)."""
+    rows = []
+    for example, completion in pairs:
+        prompt = tokenizer.encode(example.prompt, add_special_tokens=False)
+        answer = [*tokenizer.encode(completion, add_special_tokens=False), tokenizer.eos_token_id]
+        rows.append((prompt, answer))
+    width = max(len(p) + len(a) for p, a in rows)
+    ids = torch.full((len(rows), width), tokenizer.pad_token_id, dtype=torch.long)
+    mask = torch.zeros_like(ids)
+    labels = torch.full_like(ids, IGNORE)
+    for i, (p, a) in enumerate(rows):
+        seq = p + a
+        ids[i, : len(seq)] = torch.as_tensor(seq)
+        mask[i, : len(seq)] = 1
+        labels[i, len(p) : len(seq)] = torch.as_tensor(a)
+    return ids, mask, labels
+
+
+def supervised_warmstart(
+    model: torch.nn.Module,
+    tokenizer: Any,
+    pairs: list[tuple[Any, str]],
+    cfg: Any,
+    progress: bool = True,
+) -> dict[str, Any]:
+    if not pairs:
+        raise ValueError("warm-start needs at least one (prompt, completion) pair")
+    ids, mask, labels = encode_pairs(tokenizer, pairs)
+    gen = torch.Generator().manual_seed(cfg.seed)
+    optim = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
+    warmup = max(cfg.warmup_steps, 1)
+    sched = torch.optim.lr_scheduler.LambdaLR(optim, lambda s: min(1.0, (s + 1) / warmup))
+    model.train()
+    start = time.perf_counter()
+    losses: list[float] = []
+    bar = tqdm(range(cfg.steps), desc="warm-start", disable=not progress, leave=False)
+    for _ in bar:
+        idx = torch.randint(len(pairs), (min(cfg.batch_size, len(pairs)),), generator=gen)
+        width = int(mask[idx].sum(-1).max())
+        out = model(input_ids=ids[idx, :width], attention_mask=mask[idx, :width],
+                    labels=labels[idx, :width])
+        optim.zero_grad(set_to_none=True)
+        out.loss.backward()
+        optim.step()
+        sched.step()
+        losses.append(float(out.loss))
+        bar.set_postfix(loss=f"{losses[-1]:.3f}", refresh=False)
+    model.eval()
+    return {
+        "examples": len(pairs),
+        "steps": cfg.steps,
+        "final_loss": sum(losses[-20:]) / len(losses[-20:]),
+        "seconds": round(time.perf_counter() - start, 2),
+    }

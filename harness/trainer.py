@@ -1,0 +1,379 @@
+"""The RL training loop (DESIGN.md, "The data flow of one training step").
+
+    batch = algorithm.rollout(ctx)                  time/gen, time/reward
+    batch["old_logprobs"] = engine.logprobs(batch)  time/old_logprob   (verl recomputes)
+    batch["ref_logprobs"] = ...                     time/ref           (only with a KL term)
+    algorithm.compute_advantages(batch)             time/adv
+    for epoch, mini-batch, micro-batch:             time/update
+        logp, entropy = engine.forward(micro)
+        loss, metrics = algorithm.loss(micro, logp, entropy, aggregator(mini-batch))
+        engine.backward(loss)
+      engine.optimizer_step()
+    rollout_engine.update_weights(train_engine)
+    tracker.log(step metrics) ; every eval_every steps: evaluate()      time/eval
+
+A first Ctrl-C or SIGTERM asks the loop to stop at the end of the current step: it writes a
+checkpoint, marks the MLflow run KILLED and raises :class:`RunInterrupted`; a second signal
+stops at once (the last periodic checkpoint stays on disk). ``trainer.resume`` continues a run
+from a checkpoint, reopening the same MLflow run.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import random
+import signal
+import sys
+import time
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from omegaconf import DictConfig, OmegaConf
+
+from harness.algorithm import Algorithm, build_algorithm
+from harness.batch import RolloutBatch
+from harness.checkpoint import latest_checkpoint, save_checkpoint
+from harness.components import build
+from harness.config import validate_config
+from harness.evaluation import evaluate
+from harness.manifest import build_manifest
+from harness.registry import BACKENDS, MODELS, TASKS
+from harness.rollout import RolloutContext
+from harness.task import Task
+from harness.tracking import Tracker
+from harness.types import Example, SamplingParams
+
+
+class RunInterrupted(BaseException):
+    """Raised after a clean stop on SIGINT/SIGTERM; ``signum`` gives the exit code 128+signum."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(f"interrupted by signal {signum}")
+        self.signum = signum
+
+
+class PromptSampler:
+    """Shuffled passes over the training pool; the order of pass ``e`` depends only on
+    (seed, e), so (epoch, position) is the whole state a checkpoint needs."""
+
+    def __init__(self, examples: list[Example], seed: int) -> None:
+        if not examples:
+            raise ValueError("the task's training pool is empty")
+        self.examples, self.seed = examples, seed
+        self.epoch, self.position = 0, 0
+        self._order = self._shuffled(0)
+
+    def _shuffled(self, epoch: int) -> list[int]:
+        order = list(range(len(self.examples)))
+        random.Random(self.seed * 100_003 + epoch).shuffle(order)
+        return order
+
+    def draw(self, k: int) -> list[Example]:
+        out = []
+        for _ in range(k):
+            if self.position == len(self._order):
+                self.epoch, self.position = self.epoch + 1, 0
+                self._order = self._shuffled(self.epoch)
+            out.append(self.examples[self._order[self.position]])
+            self.position += 1
+        return out
+
+    def state_dict(self) -> dict[str, int]:
+        return {"epoch": self.epoch, "position": self.position}
+
+    def load_state_dict(self, state: dict[str, int]) -> None:
+        self.epoch, self.position = state["epoch"], state["position"]
+        self._order = self._shuffled(self.epoch)
+
+
+def seed_everything(seed: int) -> None:
+    random.seed(seed)
+    np.random.seed(seed)
+    torch.manual_seed(seed)
+
+
+def rollout_metrics(batch: RolloutBatch) -> dict[str, float]:
+    if len(batch) == 0:
+        return {"rollout/samples": 0.0}
+    rewards, mask = batch["rewards"], batch["response_mask"]
+    lengths = batch.response_lengths()
+    groups = batch["group_index"]
+    g = batch.num_groups
+    lo = torch.full((g,), float("inf")).scatter_reduce(0, groups, rewards, "amin")
+    hi = torch.full((g,), float("-inf")).scatter_reduce(0, groups, rewards, "amax")
+    out = {
+        "rollout/reward_mean": float(rewards.mean()),
+        "rollout/reward_std": float(rewards.std()) if len(rewards) > 1 else 0.0,
+        "rollout/acc": float(batch["correct"].float().mean()),
+        "rollout/zero_var_group_frac": float((hi - lo == 0).float().mean()),
+        "rollout/parse_fail_rate": float((~batch["parsed"]).float().mean()),
+        "rollout/response_len_mean": float(lengths.mean()),
+        "rollout/response_len_max": float(lengths.max()),
+        "rollout/truncation_rate": float(batch["truncated"].float().mean()),
+        "rollout/samples": float(len(batch)),
+    }
+    if "entropy" in batch:
+        out["rollout/entropy"] = float((batch["entropy"] * mask).sum() / mask.sum().clamp(min=1))
+    if "old_logprobs" in batch:
+        diff = (batch["old_logprobs"] - batch["rollout_logprobs"]).abs() * mask
+        out["rollout/logprob_diff_max"] = float(diff.max())
+    return out
+
+
+class Trainer:
+    def __init__(self, cfg: DictConfig, output_dir: str | Path | None = None) -> None:
+        validate_config(cfg)
+        self.cfg = cfg
+        self.task: Task = build(TASKS, cfg.task, "task")
+        if cfg.rollout.max_new_tokens is None:
+            cfg.rollout.max_new_tokens = self.task.default_max_new_tokens
+        self.algorithm: Algorithm = build_algorithm(cfg.algorithm, cfg.rollout.max_new_tokens)
+        self.run_name = cfg.tracking.run_name or (
+            f"{cfg.algorithm.name}-{cfg.task.name}-{cfg.model.name}-s{cfg.seed}"
+        )
+        self.output_dir = Path(
+            output_dir or cfg.trainer.output_dir
+            or Path("outputs") / f"{self.run_name}-{time.strftime('%Y%m%d-%H%M%S')}"
+        )
+        self.step = 0
+        self.tokens_total = 0.0
+        self.wall_offset = 0.0
+        self.eval_history: list[dict[str, float]] = []
+        self._stop_signal: int | None = None
+
+    # -- setup ----------------------------------------------------------------------------------
+    def setup(self) -> None:
+        cfg = self.cfg
+        seed_everything(cfg.seed)
+        if cfg.backend.threads > 0:
+            torch.set_num_threads(cfg.backend.threads)
+        self.model_path = MODELS.get(cfg.model.source)(cfg.model, self.task)
+        if cfg.backend.rollout != cfg.backend.train:
+            raise NotImplementedError("separate rollout/train engines arrive with the GPU backends")
+        engine_cls = BACKENDS.get(cfg.backend.train)
+        self.engine = engine_cls(self.model_path, cfg.backend, cfg.seed, cfg.trainer.optim,
+                                 total_steps=cfg.trainer.steps,
+                                 need_reference=self.algorithm.needs_reference)
+        self.sampler = PromptSampler(self.task.train_examples(), cfg.seed)
+        self.sampling = SamplingParams(
+            n=cfg.rollout.n, temperature=cfg.rollout.temperature, top_p=cfg.rollout.top_p,
+            top_k=cfg.rollout.top_k, max_new_tokens=cfg.rollout.max_new_tokens,
+            entropy=cfg.rollout.entropy,
+        )
+        self.tracker = Tracker(cfg.tracking.uri, cfg.tracking.experiment, cfg.tracking.enabled)
+        resume_state = self._load_resume() if cfg.trainer.resume else None
+        tags = {
+            "rlbench.algorithm": cfg.algorithm.name, "rlbench.task": cfg.task.name,
+            "rlbench.task_variant": str(cfg.task.get("variant", "")),
+            "rlbench.model": cfg.model.name, "rlbench.seed": str(cfg.seed),
+            "rlbench.backend": cfg.backend.name,
+            "rlbench.temperature": str(cfg.rollout.temperature),
+            "rlbench.output_dir": str(self.output_dir.resolve()),
+            **{k: str(v) for k, v in cfg.tracking.tags.items()},
+        }
+        self.tracker.start(self.run_name, tags, run_id=(resume_state or {}).get("run_id"))
+        if resume_state is None:
+            self.tracker.log_params(cfg)
+            manifest = build_manifest(cfg, self.task.dataset_hash(), self.model_path)
+            self.tracker.log_json(manifest, "manifest.json")
+            self.tracker.log_text(OmegaConf.to_yaml(cfg, resolve=True), "config.yaml")
+
+    def _load_resume(self) -> dict[str, Any]:
+        path = latest_checkpoint(Path(self.cfg.trainer.resume))
+        state = json.loads((path / "trainer_state.json").read_text())
+        self.engine.load(path)
+        self.sampler.load_state_dict(state["sampler"])
+        self.step, self.tokens_total = state["step"], state["tokens_total"]
+        self.wall_offset = state.get("wall_s", 0.0)
+        self.eval_history = state.get("eval_history", [])
+        random.setstate(_tuplify(state["python_rng"]))
+        torch.set_rng_state(torch.tensor(state["torch_rng"], dtype=torch.uint8))
+        print(f"[rlbench] resumed from {path} at step {self.step}", file=sys.stderr)
+        return state
+
+    # -- one step -------------------------------------------------------------------------------
+    def train_step(self) -> dict[str, float]:
+        cfg, eng = self.cfg, self.engine
+        t_step = time.perf_counter()
+        ctx = RolloutContext(engine=eng, task=self.task, draw_prompts=self.sampler.draw,
+                             prompts_per_step=cfg.data.prompts_per_step, sampling=self.sampling,
+                             shape_rewards=self.algorithm.shape_rewards)
+        batch = self.algorithm.rollout(ctx)
+        timings = {f"time/{k}": v for k, v in ctx.timings.items()}
+        metrics: dict[str, float] = dict(ctx.metrics)
+        self.tokens_total += metrics.get("rollout/tokens", 0.0)
+        metrics["rollout/tokens_total"] = self.tokens_total
+        if len(batch) > 0:
+            micro = cfg.trainer.micro_batch_size or cfg.trainer.mini_batch_size or len(batch)
+            t0 = time.perf_counter()
+            if cfg.trainer.old_logprobs == "recompute":
+                batch["old_logprobs"] = eng.logprobs(batch, cfg.rollout.temperature, micro)
+            else:
+                batch["old_logprobs"] = batch["rollout_logprobs"].clone()
+            timings["time/old_logprob"] = time.perf_counter() - t0
+            if self.algorithm.needs_reference:
+                t0 = time.perf_counter()
+                batch["ref_logprobs"] = eng.logprobs(batch, cfg.rollout.temperature, micro,
+                                                     reference=True)
+                timings["time/ref"] = time.perf_counter() - t0
+            t0 = time.perf_counter()
+            self.algorithm.compute_advantages(batch)
+            timings["time/adv"] = time.perf_counter() - t0
+            t0 = time.perf_counter()
+            metrics.update(self.update(batch))
+            timings["time/update"] = time.perf_counter() - t0
+            eng.update_weights(eng)
+        metrics.update(rollout_metrics(batch))
+        metrics["actor/lr"] = eng.lr
+        timings["time/step"] = time.perf_counter() - t_step
+        return {**metrics, **timings}
+
+    def update(self, batch: RolloutBatch) -> dict[str, float]:
+        cfg = self.cfg.trainer
+        sums: dict[str, float] = defaultdict(float)
+        optimizer_steps = 0
+        entropy_grad = self.algorithm.config.entropy_coef != 0
+        for _ in range(cfg.epochs):
+            order = torch.randperm(len(batch)) if cfg.shuffle else torch.arange(len(batch))
+            for mb in batch.select(order).split(cfg.mini_batch_size):
+                agg = self.algorithm.aggregator(mb)
+                for micro in mb.split(cfg.micro_batch_size):
+                    logp, entropy = self.engine.forward(micro, self.cfg.rollout.temperature,
+                                                        entropy_grad=entropy_grad)
+                    loss, m = self.algorithm.loss(micro.to(logp.device), logp, entropy, agg)
+                    self.engine.backward(loss)
+                    for k, v in m.items():  # micro-batch metrics are additive shares
+                        sums[k] += v
+                sums["actor/grad_norm"] += self.engine.optimizer_step()
+                optimizer_steps += 1
+        return {k: v / max(optimizer_steps, 1) for k, v in sums.items()}
+
+    # -- evaluation, checkpoints, the loop ------------------------------------------------------
+    def run_eval(self) -> dict[str, float]:
+        metrics, samples = evaluate(self.engine, self.task, self.cfg.seed, self.step,
+                                    samples_to_keep=self.cfg.tracking.log_samples)
+        self.eval_history.append({"step": self.step, **metrics})
+        self.tracker.log_metrics(metrics, self.step)
+        if samples:
+            self.tracker.log_jsonl(samples, f"samples/eval_step_{self.step:06d}.jsonl")
+        return metrics
+
+    def save(self) -> Path:
+        state = {
+            "step": self.step, "tokens_total": self.tokens_total,
+            "sampler": self.sampler.state_dict(), "run_id": self.tracker.run_id,
+            "wall_s": self.wall_offset + (time.perf_counter() - self._t_start),
+            "eval_history": self.eval_history,
+            "python_rng": random.getstate(), "torch_rng": torch.get_rng_state().tolist(),
+        }
+        return save_checkpoint(self.engine, self.output_dir, self.step, state)
+
+    def _request_stop(self, signum: int, frame: Any) -> None:
+        if self._stop_signal is not None:  # second signal: stop now
+            raise KeyboardInterrupt
+        self._stop_signal = signum
+        print(f"\n[rlbench] signal {signum}: stopping after this step "
+              "(send again to stop at once)", file=sys.stderr)
+
+    def fit(self) -> dict[str, float]:
+        """Run (or continue) training; returns the summary metrics."""
+        self._t_start = time.perf_counter()
+        handlers = _install_handlers(self._request_stop)
+        status = "FAILED"
+        try:
+            self.setup()
+            summary = self._loop()
+            status = "FINISHED"
+            return summary
+        except (KeyboardInterrupt, RunInterrupted) as exc:
+            status = "KILLED"
+            if isinstance(exc, KeyboardInterrupt):
+                raise RunInterrupted(signal.SIGINT) from None
+            raise
+        finally:
+            _restore_handlers(handlers)
+            if hasattr(self, "tracker"):
+                self.tracker.end(status)
+
+    def _loop(self) -> dict[str, float]:
+        cfg = self.cfg.trainer
+        if self.step == 0 and cfg.eval_at_start and cfg.eval_every > 0:
+            self._status(self.run_eval(), eval_line=True)
+        while self.step < cfg.steps:
+            metrics = self.train_step()
+            self.step += 1
+            wall = self.wall_offset + time.perf_counter() - self._t_start
+            metrics["time/wall"] = wall
+            self.tracker.log_metrics(metrics, self.step)
+            if cfg.status_every and self.step % cfg.status_every == 0:
+                self._status(metrics)
+            last = self.step == cfg.steps or (cfg.max_wall_s and wall >= cfg.max_wall_s)
+            if cfg.eval_every > 0 and (self.step % cfg.eval_every == 0 or last):
+                self._status(self.run_eval(), eval_line=True)
+            if self._stop_signal is not None:
+                path = self.save()
+                print(f"[rlbench] checkpoint written to {path}", file=sys.stderr)
+                raise RunInterrupted(self._stop_signal)
+            if cfg.checkpoint_every > 0 and (self.step % cfg.checkpoint_every == 0 or last):
+                self.save()
+            if last:
+                break
+        return self._summary()
+
+    def _summary(self) -> dict[str, float]:
+        """final/* = mean of the last two evaluations; start/* = the step-0 evaluation."""
+        summary: dict[str, float] = {"final/steps": float(self.step),
+                                     "final/tokens_total": self.tokens_total,
+                                     "final/wall_s": self.wall_offset + time.perf_counter()
+                                     - self._t_start}
+        evals = self.eval_history
+        keys = [k for k in (evals[-1] if evals else {}) if "/pass_at_" in k or "/mean_at_" in k
+                or "/maj_at_" in k]
+        for key in keys:
+            tail = [e[key] for e in evals[-2:] if key in e]
+            summary["final/" + key[len("eval/"):]] = float(np.mean(tail))
+            if evals[0]["step"] == 0 and key in evals[0]:
+                summary["start/" + key[len("eval/"):]] = evals[0][key]
+        self.tracker.log_metrics(summary, self.step)
+        return summary
+
+    def _status(self, m: dict[str, float], eval_line: bool = False) -> None:
+        if eval_line:
+            parts = [f"{k[5:]}={v:.3f}" for k, v in m.items() if "/pass_at_" in k]
+            print(f"[{self.run_name}] eval step {self.step}: {' '.join(parts)}", file=sys.stderr)
+            return
+        print(
+            f"[{self.run_name}] step {self.step}/{self.cfg.trainer.steps} "
+            f"reward {m.get('rollout/reward_mean', float('nan')):.3f} "
+            f"acc {m.get('rollout/acc', float('nan')):.3f} "
+            f"len {m.get('rollout/response_len_mean', float('nan')):.1f} "
+            f"ent {m.get('rollout/entropy', float('nan')):.3f} "
+            f"gn {m.get('actor/grad_norm', float('nan')):.3f} "
+            f"{m['time/step']:.2f}s",
+            file=sys.stderr,
+        )
+
+
+def _tuplify(obj: Any) -> Any:
+    return tuple(_tuplify(x) for x in obj) if isinstance(obj, list) else obj
+
+
+def _install_handlers(handler: Any) -> dict[int, Any]:
+    old: dict[int, Any] = {}
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        with contextlib.suppress(ValueError):  # not the main thread: leave signals alone
+            old[sig] = signal.signal(sig, handler)
+    return old
+
+
+def _restore_handlers(old: dict[int, Any]) -> None:
+    for sig, h in old.items():
+        signal.signal(sig, h)
+
+
+def train(cfg: DictConfig, output_dir: str | Path | None = None) -> dict[str, float]:
+    return Trainer(cfg, output_dir).fit()

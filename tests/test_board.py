@@ -1,0 +1,193 @@
+"""End-to-end leaderboard generation from a synthetic SQLite MLflow store.
+
+Three algorithms x three seeds of FINISHED runs (drgrpo on seeds 1-3, tagged as a paired variant
+of dapo, so its paired difference covers only seeds 1 and 2), plus a KILLED run and an older,
+superseded duplicate that must not count. Expected numbers are recomputed here with numpy/scipy.
+"""
+
+import csv
+import math
+
+import numpy as np
+import pytest
+from mlflow.entities import Metric
+from mlflow.tracking import MlflowClient
+from scipy import stats
+
+from harness.board import _align, build_leaderboards, display_tracking_uri
+
+EVAL_STEPS = [0, 10, 20, 30]
+SEEDS = {"grpo": [0, 1, 2], "dapo": [0, 1, 2], "drgrpo": [1, 2, 3]}
+LEVEL = {"grpo": 0.30, "dapo": 0.40, "drgrpo": 0.50}  # final pass@1 ordering: drgrpo > dapo > grpo
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+
+
+def _log_run(client, exp_id, alg, seed, *, level, start_time, status="FINISHED", extra_step=False):
+    tags = {"rlbench.algorithm": alg, "rlbench.task": "countdown", "rlbench.task_variant": "tiny",
+            "rlbench.model": "tiny", "rlbench.seed": str(seed), "rlbench.backend": "hf",
+            "rlbench.temperature": "1.0"}
+    if alg == "drgrpo":
+        tags["rlbench.baseline"] = "dapo"
+    run_id = client.create_run(exp_id, start_time=start_time, tags=tags).info.run_id
+    rng = np.random.default_rng(1000 * seed + int(level * 100))
+    steps = sorted([*EVAL_STEPS, 25] if extra_step else EVAL_STEPS)
+    metrics, summary = [], {}
+    for name, k, offset in (("heldout", 1, 0.0), ("heldout", 8, 0.3), ("train", 1, 0.1)):
+        curve = {s: 0.1 + offset + (level - 0.1) * s / 30 + rng.normal(0, 0.03) for s in steps}
+        metrics += [Metric(f"eval/{name}/pass_at_{k}", v, 0, s) for s, v in curve.items()]
+        summary[f"final/{name}/pass_at_{k}"] = (curve[steps[-2]] + curve[steps[-1]]) / 2
+        summary[f"start/{name}/pass_at_{k}"] = curve[0]
+    for s in range(31):
+        metrics += [Metric("rollout/entropy", 1.5 - s / 40 + rng.normal(0, 0.05), 0, s),
+                    Metric("rollout/tokens_total", 1000.0 * (s + 1), 0, s)]
+    summary.update({"final/steps": 30.0, "final/tokens_total": 31000.0 + seed,
+                    "final/wall_s": 60.0 + 5 * seed})
+    metrics += [Metric(k, v, 0, 30) for k, v in summary.items()]
+    client.log_batch(run_id, metrics=metrics)
+    client.set_terminated(run_id, status, end_time=start_time + 1)
+    return run_id, summary
+
+
+@pytest.fixture(scope="module")
+def store(tmp_path_factory):
+    root = tmp_path_factory.mktemp("board")
+    uri = f"sqlite:///{root / 'mlruns.db'}"
+    client = MlflowClient(uri)
+    exp = client.create_experiment("rlbench", artifact_location=(root / "artifacts").as_uri())
+    runs, t = {}, 1_000_000
+    # Older duplicate of grpo/seed 1: superseded by the later run of the same seed.
+    stale_id, _ = _log_run(client, exp, "grpo", 1, level=0.9, start_time=t)
+    for alg, seeds in sorted(SEEDS.items()):
+        for seed in seeds:
+            t += 1000
+            runs[alg, seed] = _log_run(client, exp, alg, seed, level=LEVEL[alg], start_time=t,
+                                       extra_step=(alg, seed) == ("dapo", 0))
+    killed_id, _ = _log_run(client, exp, "grpo", 7, level=1.0, start_time=t + 1000,
+                            status="KILLED")
+    other = client.create_experiment("only-killed", artifact_location=(root / "a2").as_uri())
+    _log_run(client, other, "grpo", 0, level=0.3, start_time=t, status="KILLED")
+    out = root / "leaderboards"
+    files = build_leaderboards(uri, "rlbench", out, baseline="grpo")
+    return {"uri": uri, "root": root, "out": out, "files": files, "runs": runs,
+            "killed": killed_id, "stale": stale_id}
+
+
+def _ci(values):
+    x = np.asarray(values, dtype=float)
+    return x.mean(), stats.t.ppf(0.975, x.size - 1) * x.std(ddof=1) / math.sqrt(x.size)
+
+
+def _rows(store):
+    with open(store["out"] / "countdown-tiny" / "tiny" / "leaderboard.csv", newline="") as f:
+        return {r["algorithm"]: r for r in csv.DictReader(f)}
+
+
+def test_written_files(store):
+    d = store["out"] / "countdown-tiny" / "tiny"
+    names = ["entropy.png", "leaderboard.csv", "leaderboard.md", "pass_at_1.png"]
+    assert store["files"] == sorted([store["out"] / "README.md", *(d / n for n in names)])
+    for png in ("pass_at_1.png", "entropy.png"):
+        data = (d / png).read_bytes()
+        assert data[:8] == PNG_MAGIC and len(data) > 1000
+
+
+def test_csv_means_cis_and_order(store):
+    rows = _rows(store)
+    assert list(rows) == ["drgrpo", "dapo", "grpo"]  # sorted by heldout pass@1, descending
+    for alg, seeds in SEEDS.items():
+        row, summ = rows[alg], [store["runs"][alg, s][1] for s in seeds]
+        assert int(row["n_seeds"]) == 3 and row["seeds"] == ";".join(map(str, seeds))
+        for m in ("heldout/pass_at_1", "heldout/pass_at_8", "train/pass_at_1"):
+            fin = [s[f"final/{m}"] for s in summ]
+            start = [s[f"start/{m}"] for s in summ]
+            mean, half = _ci(fin)
+            assert float(row[f"{m}/final_mean"]) == pytest.approx(mean, abs=6e-4)
+            assert float(row[f"{m}/final_ci95"]) == pytest.approx(half, abs=6e-4)
+            assert float(row[f"{m}/start_mean"]) == pytest.approx(np.mean(start), abs=6e-4)
+            d_mean, d_half = _ci(np.subtract(fin, start))
+            assert float(row[f"{m}/delta_start_mean"]) == pytest.approx(d_mean, abs=6e-4)
+            assert float(row[f"{m}/delta_start_ci95"]) == pytest.approx(d_half, abs=6e-4)
+        assert float(row["tokens_total_mean"]) == pytest.approx(31000 + np.mean(seeds), abs=6e-4)
+        assert float(row["wall_s_mean"]) == pytest.approx(60 + 5 * np.mean(seeds), abs=6e-4)
+        assert float(row["steps_mean"]) == 30.0
+
+
+def test_killed_and_superseded_runs_not_counted(store):
+    rows = _rows(store)
+    grpo_ids = rows["grpo"]["run_ids"].split(";")
+    assert store["killed"] not in grpo_ids and store["stale"] not in grpo_ids
+    assert grpo_ids == [store["runs"]["grpo", s][0] for s in SEEDS["grpo"]]
+    md = (store["out"] / "countdown-tiny" / "tiny" / "leaderboard.md").read_text()
+    assert "KILLED: 1" in md
+    assert "Superseded" in md and store["stale"] in md
+
+
+@pytest.mark.parametrize(("alg", "base", "shared"), [("dapo", "grpo", [0, 1, 2]),
+                                                     ("drgrpo", "dapo", [1, 2])])
+def test_paired_differences_on_shared_seeds(store, alg, base, shared):
+    row = _rows(store)[alg]
+    assert row["baseline"] == base
+    for m in ("heldout/pass_at_1", "heldout/pass_at_8"):
+        diffs = [store["runs"][alg, s][1][f"final/{m}"] - store["runs"][base, s][1][f"final/{m}"]
+                 for s in shared]
+        mean, half = _ci(diffs)
+        assert int(row[f"{m}/vs_baseline_pairs"]) == len(shared)
+        assert float(row[f"{m}/vs_baseline_mean"]) == pytest.approx(mean, abs=6e-4)
+        assert float(row[f"{m}/vs_baseline_ci95"]) == pytest.approx(half, abs=6e-4)
+
+
+def test_baseline_row_has_no_paired_difference(store):
+    row = _rows(store)["grpo"]
+    assert row["baseline"] == "" and row["heldout/pass_at_1/vs_baseline_pairs"] == "0"
+    md = (store["out"] / "countdown-tiny" / "tiny" / "leaderboard.md").read_text()
+    grpo_line = next(line for line in md.splitlines() if line.startswith("| 3 | **grpo**"))
+    assert "—" in grpo_line
+
+
+def test_markdown_header_and_traceability(store):
+    md = (store["out"] / "countdown-tiny" / "tiny" / "leaderboard.md").read_text()
+    assert md.startswith("# countdown-tiny / tiny\n")
+    assert "Generated by `rlbench board`" in md and "Experiment: `rlbench`" in md
+    assert "Tracking URI: `sqlite:///mlruns.db`" in md  # relative to the out dir's parent
+    assert str(store["root"]) not in md
+    assert "rlbench board --tracking-uri sqlite:///mlruns.db --experiment rlbench" in md
+    assert "unbiased Codex estimator" in md and "Student-t 95%" in md
+    assert "Generated from 10 finished runs (1 superseded)" in md
+    for run_id, _ in store["runs"].values():
+        assert run_id in md
+    readme = (store["out"] / "README.md").read_text()
+    assert "(countdown-tiny/tiny/leaderboard.md)" in readme and "best **drgrpo**" in readme
+
+
+def test_regeneration_is_byte_identical(store):
+    before = {p: p.read_bytes() for p in store["files"]}
+    assert build_leaderboards(store["uri"], "rlbench", store["out"]) == store["files"]
+    assert {p: p.read_bytes() for p in store["files"]} == before
+
+
+def test_unknown_experiment_lists_existing(store):
+    with pytest.raises(ValueError, match="nope") as err:
+        build_leaderboards(store["uri"], "nope", store["root"] / "x")
+    for name in ("'rlbench'", "'only-killed'", "'Default'"):
+        assert name in str(err.value)
+
+
+def test_experiment_without_finished_runs(store):
+    with pytest.raises(ValueError, match=r"no FINISHED runs \(1 run\(s\) in other statuses"):
+        build_leaderboards(store["uri"], "only-killed", store["root"] / "x")
+
+
+def test_display_tracking_uri_strips_credentials(tmp_path):
+    uri = "postgresql://alice:s3cret@db.example.com:5432/mlflow?sslmode=require&password=pw"
+    shown = display_tracking_uri(uri, tmp_path)
+    assert shown == "postgresql://db.example.com:5432/mlflow?sslmode=require"
+    assert display_tracking_uri(f"sqlite:///{tmp_path / 'a' / 'm.db'}", tmp_path) == \
+        "sqlite:///a/m.db"
+    assert display_tracking_uri("sqlite:////elsewhere/m.db", tmp_path) == "sqlite:///m.db"
+
+
+def test_align_shared_steps_then_interpolation():
+    steps, vals = _align([{0: 0.0, 10: 1.0, 20: 2.0}, {0: 0.5, 5: 9.0, 10: 1.5, 20: 2.5}])
+    assert steps.tolist() == [0, 10, 20] and vals.tolist() == [[0, 1, 2], [0.5, 1.5, 2.5]]
+    steps, vals = _align([{0: 0.0, 10: 1.0}, {5: 1.0, 15: 2.0}])  # no two shared steps
+    assert steps.tolist() == [5, 10] and vals.tolist() == [[0.5, 1.0], [1.0, 1.5]]
