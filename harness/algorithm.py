@@ -81,6 +81,7 @@ class Aggregator:
     total_tokens: float
     total_seqs: int
     L_max: int | None = None
+    metric_tokens: float | None = None  # tokens diagnostics average over (None = total_tokens)
 
     def __post_init__(self) -> None:
         if self.mode not in AGG_MODES:
@@ -106,8 +107,9 @@ class Aggregator:
 
     def mean(self, per_token: torch.Tensor, mask: torch.Tensor) -> float:
         """Token-weighted share of a diagnostic (clip fraction, entropy) for this micro-batch;
-        summing over micro-batches gives the mini-batch token mean."""
-        return float((per_token * mask).sum().item() / max(self.total_tokens, 1.0))
+        summing over micro-batches gives the token mean over the tokens that were trained."""
+        tokens = self.total_tokens if self.metric_tokens is None else self.metric_tokens
+        return float((per_token * mask).sum().item() / max(tokens, 1.0))
 
 
 def kl_penalty(logp: torch.Tensor, ref_logp: torch.Tensor, estimator: str) -> torch.Tensor:
@@ -174,6 +176,25 @@ class Algorithm:
 
     def aggregator(self, minibatch: RolloutBatch) -> Aggregator:
         return Aggregator.for_batch(self.config.agg, minibatch, self.L_max)
+
+    def gradient_rows(self, batch: RolloutBatch) -> torch.Tensor:
+        """Bool [B]: samples whose loss can have a non-zero gradient. A sample with zero
+        advantage on every token contributes exactly nothing when the policy loss says so and
+        no KL or entropy term touches it; the trainer then skips its forward/backward (most
+        GRPO groups on an easy or hopeless prompt are constant). The aggregator still counts
+        the skipped samples, so the update is unchanged."""
+        mask = batch["response_mask"]
+        has_tokens = mask.sum(-1) > 0
+        skippable = (
+            getattr(self.policy_loss, "zero_advantage_zero_gradient", False)
+            and self.config.kl.coef == 0
+            and self.config.entropy_coef == 0
+        )
+        if not skippable:
+            return has_tokens
+        adv = batch["advantages"]
+        nonzero = adv != 0 if adv.dim() == 1 else ((adv * mask) != 0).any(-1)
+        return nonzero & has_tokens
 
     def loss(
         self,

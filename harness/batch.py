@@ -197,9 +197,31 @@ class RolloutBatch:
     def split(self, size: int) -> Iterator[RolloutBatch]:
         """Consecutive chunks of ``size`` samples (the last may be smaller)."""
         n = len(self)
-        size = n if size <= 0 else size
+        size = max(n, 1) if size <= 0 else size
         for start in range(0, n, size):
             yield self.select(range(start, min(start + size, n)))
+
+    def trim_padding(self) -> RolloutBatch:
+        """Drop columns that are padding in every row (left of the prompts, right of the
+        responses), so a selection of short samples does not pay for the batch's longest."""
+        if len(self) == 0:
+            return self
+        attn = self.tensors["attention_mask"]
+        P = self.prompt_length
+        T = attn.shape[1] - P
+        real_prompt = attn[:, :P].any(0).nonzero()
+        real_resp = attn[:, P:].any(0).nonzero()
+        left = int(real_prompt[0]) if len(real_prompt) else P
+        keep_T = max(int(real_resp[-1]) + 1 if len(real_resp) else 0, 1)
+        tensors = {}
+        for key, value in self.tensors.items():
+            if value.dim() >= 2 and value.shape[1] == P + T:
+                tensors[key] = value[:, left : P + keep_T]
+            elif value.dim() >= 2 and value.shape[1] == T:
+                tensors[key] = value[:, :keep_T]
+            else:
+                tensors[key] = value
+        return RolloutBatch(tensors, self.trajectories)
 
     def to(self, device: torch.device | str) -> RolloutBatch:
         return RolloutBatch({k: v.to(device) for k, v in self.tensors.items()}, self.trajectories)

@@ -27,9 +27,9 @@ LIST_KINDS = ("algorithms", "tasks", "models", "backends")
 
 
 def plugin_searchpath() -> list[str]:
-    """Config dirs of installed plugins (entry-point group ``rlbench.conf``, values such as
-    ``pkg://my_plugin.conf``), so a plugin's ``algorithm/<name>.yaml`` joins the groups."""
-    return sorted(ep.value for ep in entry_points(group="rlbench.conf"))
+    """Config packages of installed plugins (entry-point group ``rlbench.conf``, values such as
+    ``my_plugin.conf``), so a plugin's ``algorithm/<name>.yaml`` joins the config groups."""
+    return sorted(f"pkg://{ep.value}" for ep in entry_points(group="rlbench.conf"))
 
 
 def with_searchpath(overrides: list[str]) -> list[str]:

@@ -93,6 +93,7 @@ class TrainerConfig:
     epochs: int = 1  # inner PPO epochs over each batch
     shuffle: bool = False  # shuffle samples before splitting into mini-batches
     old_logprobs: str = "recompute"  # recompute (verl) | rollout (trust the sampler's)
+    skip_zero_gradient: bool = True  # leave out samples whose loss gradient is exactly zero
     max_wall_s: float | None = None  # stop (cleanly, with a checkpoint) after this many seconds
     status_every: int = 1  # one status line every N steps (0 = off)
     optim: OptimConfig = field(default_factory=OptimConfig)

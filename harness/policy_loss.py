@@ -15,7 +15,8 @@ there, the metrics follow verl's definitions (``pg_clipfrac``: the clipped term 
 larger, i.e. the clip is active; ``pg_clipfrac_lower``: the dual clip is active). DAPO's
 clip-higher is this loss with ``clip_high > clip_low``.
 
-Every metric is ``agg.mean`` (token share over the whole mini-batch) and ``actor/pg_loss`` is the
+Every metric is ``agg.mean`` (token share over the tokens of the mini-batch that enter the
+update) and ``actor/pg_loss`` is the
 aggregated loss itself, so summing a metric over the micro-batches of one mini-batch gives its
 mini-batch value.
 """
@@ -48,6 +49,10 @@ def token_advantages(advantages: torch.Tensor, like: torch.Tensor) -> torch.Tens
 @dataclass
 class PPOClipLoss:
     """PPO clipped surrogate with asymmetric bounds and an optional dual clip (null = off)."""
+
+    # A token with A = 0 has loss 0 and gradient 0 whatever the ratio, so the trainer may leave
+    # zero-advantage samples out of the forward/backward without changing the update.
+    zero_advantage_zero_gradient = True
 
     clip_low: float = 0.2
     clip_high: float = 0.2

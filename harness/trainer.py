@@ -136,7 +136,7 @@ class Trainer:
             f"{cfg.algorithm.name}-{cfg.task.name}-{cfg.model.name}-s{cfg.seed}"
         )
         self.output_dir = Path(
-            output_dir or cfg.trainer.output_dir
+            cfg.trainer.output_dir or output_dir
             or Path("outputs") / f"{self.run_name}-{time.strftime('%Y%m%d-%H%M%S')}"
         )
         self.step = 0
@@ -241,6 +241,11 @@ class Trainer:
             order = torch.randperm(len(batch)) if cfg.shuffle else torch.arange(len(batch))
             for mb in batch.select(order).split(cfg.mini_batch_size):
                 agg = self.algorithm.aggregator(mb)
+                rows = self.algorithm.gradient_rows(mb) if cfg.skip_zero_gradient else None
+                if rows is not None:
+                    sums["actor/trained_frac"] += float(rows.float().mean())
+                    mb = mb.select(rows.nonzero().squeeze(-1)).trim_padding()
+                    agg.metric_tokens = float(mb["response_mask"].sum())
                 for micro in mb.split(cfg.micro_batch_size):
                     logp, entropy = self.engine.forward(micro, self.cfg.rollout.temperature,
                                                         entropy_grad=entropy_grad)

@@ -249,6 +249,9 @@ class HFEngine:
     def optimizer_step(self) -> float:
         """Clip, step, and return the pre-clip gradient norm."""
         assert self.optimizer is not None, "engine built without an optimizer"
+        for p in self.model.parameters():  # a step with nothing trained is a zero-gradient step
+            if p.grad is None and p.requires_grad:
+                p.grad = torch.zeros_like(p)
         grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.grad_clip)
         if torch.isfinite(grad_norm):
             self.optimizer.step()

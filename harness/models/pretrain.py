@@ -62,7 +62,7 @@ def supervised_warmstart(
         out.loss.backward()
         optim.step()
         sched.step()
-        losses.append(float(out.loss))
+        losses.append(float(out.loss.detach()))
         bar.set_postfix(loss=f"{losses[-1]:.3f}", refresh=False)
     model.eval()
     return {

@@ -1,0 +1,50 @@
+"""Shared fixtures: a quickly warm-started tiny model in a temporary cache, and configs."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from harness.cli import compose_config
+
+# A short warm start keeps the fixture fast; the real recipe is conf/model/tiny.yaml.
+FAST_PRETRAIN = ["model.pretrain.steps=30", "model.pretrain.batch_size=64"]
+
+
+@pytest.fixture(scope="session")
+def model_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("rlbench_cache")
+
+
+def make_config(tmp_path: Path, cache: Path, *overrides: str):
+    """A composed config writing MLflow data and outputs under ``tmp_path``."""
+    return compose_config([
+        *FAST_PRETRAIN,
+        f"model.cache_dir={cache}",
+        f"tracking.uri=sqlite:///{tmp_path / 'mlruns.db'}",
+        f"trainer.output_dir={tmp_path / 'out'}",
+        "trainer.status_every=0",
+        "backend.threads=1",
+        *overrides,
+    ])
+
+
+@pytest.fixture(scope="session")
+def tiny_model_path(model_cache: Path) -> str:
+    from harness.components import build
+    from harness.registry import MODELS, TASKS
+
+    cfg = compose_config([*FAST_PRETRAIN, f"model.cache_dir={model_cache}"])
+    task = build(TASKS, cfg.task, "task")
+    return MODELS.get("tiny")(cfg.model, task, progress=False)
+
+
+@pytest.fixture
+def cli_env(tmp_path: Path, model_cache: Path) -> dict[str, str]:
+    """Environment for `rlbench` subprocesses: private cache, MLflow store and cwd."""
+    env = dict(os.environ)
+    env["RLBENCH_CACHE"] = str(model_cache)
+    env["MLFLOW_TRACKING_URI"] = f"sqlite:///{tmp_path / 'mlruns.db'}"
+    return env
