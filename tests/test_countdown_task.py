@@ -56,7 +56,7 @@ def test_tiny_split_sizes(tiny):
     (heldout,) = tiny.eval_sets()
     assert heldout.name == "heldout"
     assert len(heldout.examples) == 500
-    assert len(tiny.train_examples()) == 1473
+    assert len(tiny.train_examples()) == 8867
 
 
 def test_tiny_split_is_deterministic_across_instances(tiny):
@@ -75,7 +75,7 @@ def test_tiny_split_seed_changes_the_split(tiny):
 def test_tiny_heldout_and_train_do_not_overlap(tiny):
     train = {_key(e) for e in tiny.train_examples()}
     heldout = {_key(e) for e in tiny.eval_sets()[0].examples}
-    assert len(train) == 1473 and len(heldout) == 500
+    assert len(train) == 8867 and len(heldout) == 500
     assert not train & heldout
     assert not {e.id for e in tiny.train_examples()} & {e.id for e in tiny.eval_sets()[0].examples}
 
@@ -89,8 +89,8 @@ def test_tiny_prompt_format(tiny):
 
 def test_tiny_warmstart_subset_size_and_completions_are_correct(tiny):
     pairs = tiny.warmstart_examples()
-    assert len(pairs) == round(0.3 * 1473) == 442
-    assert [ex.id for ex, _ in pairs] == [ex.id for ex in tiny.train_examples()[:442]]
+    assert len(pairs) == round(0.3 * 8867) == 2660
+    assert [ex.id for ex, _ in pairs] == [ex.id for ex in tiny.train_examples()[:2660]]
     for ex, completion in pairs:
         score = tiny.verify(ex, completion)
         assert score.correct and score.reward == 1.0, (ex, completion)
@@ -130,7 +130,7 @@ def test_eval_limit_is_applied():
 
 def test_tiny_heldout_larger_than_the_problem_set_raises():
     with pytest.raises(ValueError, match=r"task\.tiny\.heldout"):
-        _tiny(heldout=5000).train_examples()
+        _tiny(heldout=50000).train_examples()
 
 
 # -- full variant --------------------------------------------------------------------------------

@@ -2,9 +2,11 @@
 
 Two variants (``task.variant``):
 
-* ``tiny`` - a CPU testbed for tiny models: every multiset of 3 numbers from 1..9 with every
-  positive integer target reachable with ``+ - *`` (1,973 problems), split deterministically into
-  a held-out eval set and a train pool. The prompt is ``"3 6 7=15:"``, the response is the bare
+* ``tiny`` - a CPU testbed for tiny models: every multiset of 3 numbers from 1..15 with every
+  positive integer target reachable with ``+ - *`` (9,367 problems), split deterministically into
+  a held-out eval set (500) and a train pool (8,867). The space is large enough that RL has to
+  generalise rather than memorise the pool (with numbers up to 9 there are only 1,973 problems,
+  and RL mostly overfits them; DESIGN.md, "Testbed calibration"). The prompt is ``"3 6 7=15:"``, the response is the bare
   expression, and the reward is binary by default so group baselines are clean.
 * ``full`` - TinyZero's Countdown-Tasks-3to4 problems (8,001 train, 2,001 test; see
   ``data/SOURCE.md``) with TinyZero's prompt and a safe version of its reward: the last
@@ -65,7 +67,7 @@ INSTRUCT_PREFILL = "Let me solve this step by step.\n<think>"
 @dataclass
 class TinyConfig:
     count: int = 3
-    max_number: int = 9
+    max_number: int = 15
     ops: str = "+-*"
     heldout: int = 500
     warmstart_fraction: float = 0.3
