@@ -16,15 +16,18 @@ PLUGIN = Path(__file__).resolve().parents[1] / "examples" / "rlbench_grpo_pos"
 
 
 @pytest.fixture
-def installed_plugin():
-    pip = [sys.executable, "-m", "pip", "--disable-pip-version-check", "-q"]
-    subprocess.run([*pip, "install", "--no-deps", "--no-build-isolation", "-e", str(PLUGIN)],
+def plugin_env(tmp_path, cli_env):
+    """Install the plugin with pip into a private site dir on PYTHONPATH, so other tests (and
+    processes running in parallel) never see it appear or disappear."""
+    site = tmp_path / "site"
+    subprocess.run([sys.executable, "-m", "pip", "--disable-pip-version-check", "-q", "install",
+                    "--no-deps", "--no-build-isolation", "--target", str(site), str(PLUGIN)],
                    check=True, timeout=300)
-    yield
-    subprocess.run([*pip, "uninstall", "-y", "rlbench-grpo-pos"], check=True, timeout=300)
+    return {**cli_env, "PYTHONPATH": str(site)}
 
 
-def test_example_plugin_registers_and_trains_a_step(installed_plugin, tmp_path, cli_env):
+def test_example_plugin_registers_and_trains_a_step(plugin_env, tmp_path):
+    cli_env = plugin_env
     listed = rlbench("list", "algorithms", env=cli_env, cwd=tmp_path)
     assert "grpo_pos" in listed.stdout
     out = rlbench("train", "algorithm=grpo_pos", *QUIET_RUN, "trainer.steps=1",
