@@ -4,7 +4,7 @@
   printable ASCII characters and newline, one token per character, plus <pad> <bos> <eos>
   <unk>), wrapped as a ``PreTrainedTokenizerFast``.
 * Model: ``Qwen2ForCausalLM`` (or ``LlamaForCausalLM``) from ``model.arch``; the default
-  (hidden 128, 3 layers, 4 heads, MLP 512, tied embeddings) has about 0.6 M parameters.
+  (hidden 128, 3 layers, 4 heads, MLP 512, tied embeddings) has about 0.8 M parameters (801,280).
 * Warm start: :func:`harness.models.pretrain.supervised_warmstart` on the task's reference
   solutions, then ``save_pretrained`` into a cache directory keyed by a hash of everything that
   determines the weights (architecture, tokenizer, pretraining recipe, the warm-start data).
