@@ -82,12 +82,35 @@ def _train_job(cfg: Any) -> Any:
     return _guarded(train, cfg, output_dir)
 
 
+def _preflight(overrides: list[str]) -> None:
+    """Compose the config once before Hydra's app runs, so that an unknown option, key or type
+    exits 2 with Hydra's message (which names the key) instead of Hydra's generic exit 1."""
+    import difflib
+
+    from hydra.errors import HydraException, MissingConfigException
+    from omegaconf.errors import OmegaConfBaseException
+
+    try:
+        compose_config(overrides)
+    except MissingConfigException as exc:
+        hint = ""
+        missing = (exc.missing_cfg_file or "").rpartition("/")[2]
+        close = difflib.get_close_matches(missing, exc.options or [], n=1)
+        if close:
+            hint = f"\nDid you mean {close[0]!r}?"
+        _fail(f"{exc}{hint}")
+    except (HydraException, OmegaConfBaseException) as exc:
+        _fail(str(exc))
+
+
 def run_hydra(overrides: list[str], multirun: bool) -> None:
     import hydra
 
     from harness.config import register_schema
 
     register_schema()
+    if not multirun:
+        _preflight(overrides)
     argv = ["rlbench", *(["--multirun"] if multirun else []), *with_searchpath(overrides)]
     saved, sys.argv = sys.argv, argv
     try:

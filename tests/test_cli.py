@@ -34,21 +34,23 @@ def test_list_names_the_baselines_and_countdown(tmp_path, cli_env):
 
 def test_unknown_algorithm_exits_nonzero_listing_valid_names(tmp_path, cli_env):
     out = rlbench("train", "algorithm=nonexistent", env=cli_env, cwd=tmp_path)
-    assert out.returncode != 0
+    assert out.returncode == 2
     for name in ("grpo", "dr_grpo", "rloo", "maxrl", "dapo", "reinforce_pp"):
         assert name in out.stderr
+    out = rlbench("train", "algorithm=grpoo", env=cli_env, cwd=tmp_path)
+    assert out.returncode == 2 and "Did you mean 'grpo'?" in out.stderr
 
 
 def test_unknown_config_key_exits_nonzero_naming_it(tmp_path, cli_env):
     out = rlbench("train", "trainer.stepz=3", env=cli_env, cwd=tmp_path)
-    assert out.returncode != 0 and "stepz" in out.stderr
+    assert out.returncode == 2 and "stepz" in out.stderr
     out = rlbench("train", "algorithm.loss.clip_hihg=0.3", env=cli_env, cwd=tmp_path)
-    assert out.returncode != 0 and "clip_hihg" in out.stderr
+    assert out.returncode == 2 and "clip_hihg" in out.stderr
 
 
 def test_wrong_type_exits_nonzero_naming_the_key(tmp_path, cli_env):
     out = rlbench("train", "trainer.steps=many", env=cli_env, cwd=tmp_path)
-    assert out.returncode != 0 and "trainer.steps" in out.stderr
+    assert out.returncode == 2 and "trainer.steps" in out.stderr
 
 
 def test_missing_data_path_names_the_path(tmp_path, cli_env):
