@@ -265,7 +265,10 @@ def run_trl(cfg: Any, model_path: str, task: Any, threads: int, warmup: int, ste
 
     torch.set_num_threads(threads)
     tokenizer = load_tokenizer(model_path)
-    model = AutoModelForCausalLM.from_pretrained(model_path, dtype=torch.float32)
+    # the same attention kernel as rlbench's engine (model.attn_implementation)
+    attn = {"attn_implementation": cfg.model.attn_implementation} if (
+        cfg.model.attn_implementation) else {}
+    model = AutoModelForCausalLM.from_pretrained(model_path, dtype=torch.float32, **attn)
     pool = task.train_examples()
     dataset = Dataset.from_dict({
         "prompt": [ex.prompt for ex in pool],

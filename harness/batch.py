@@ -38,6 +38,17 @@ import torch
 from harness.types import Trajectory
 
 
+def _pad_right(rows: list[torch.Tensor | None], width: int) -> torch.Tensor:
+    """[len(rows), width] float32, row i = rows[i] followed by zeros (a missing row is zeros)."""
+    out = torch.zeros((len(rows), width), dtype=torch.float32)
+    lengths = [0 if r is None else len(r) for r in rows]
+    present = [r for r in rows if r is not None and len(r)]
+    if present:
+        mask = torch.arange(width)[None, :] < torch.tensor(lengths)[:, None]
+        out[mask] = torch.cat(present).float()
+    return out
+
+
 class RolloutBatch:
     def __init__(self, tensors: dict[str, torch.Tensor], trajectories: list[Trajectory]) -> None:
         self.tensors = tensors
@@ -52,25 +63,28 @@ class RolloutBatch:
         P = max((len(t.prompt_ids) for t in trajs), default=0)
         T = max((len(t.response_ids) for t in trajs), default=0)
         T = max(T, 1)  # keep a response axis even when every response is empty
-        input_ids = torch.full((B, P + T), pad_id, dtype=torch.long)
-        attention = torch.zeros((B, P + T), dtype=torch.long)
-        response_mask = torch.zeros((B, T), dtype=torch.float32)
-        rollout_lp = torch.zeros((B, T), dtype=torch.float32)
-        entropy = torch.zeros((B, T), dtype=torch.float32)
-        has_entropy = any(t.entropy is not None for t in trajs)
-        for i, t in enumerate(trajs):
+        # rows are built as Python lists and converted once: per-row tensor slicing costs more
+        # than the whole verifier on a tiny-model batch
+        ids_rows, attn_rows, mask_rows = [], [], []
+        for t in trajs:
             p, r = len(t.prompt_ids), len(t.response_ids)
-            input_ids[i, P - p : P] = torch.as_tensor(t.prompt_ids, dtype=torch.long)
-            attention[i, P - p : P] = 1
-            if r:
-                input_ids[i, P : P + r] = torch.as_tensor(t.response_ids, dtype=torch.long)
-                attention[i, P : P + r] = 1
-                mask = t.loss_mask if t.loss_mask is not None else [1] * r
-                response_mask[i, :r] = torch.as_tensor(mask, dtype=torch.float32)
-                if t.logprobs is not None:
-                    rollout_lp[i, :r] = t.logprobs[:r]
-                if t.entropy is not None:
-                    entropy[i, :r] = t.entropy[:r]
+            ids_rows.append([pad_id] * (P - p) + list(t.prompt_ids) + list(t.response_ids)
+                            + [pad_id] * (T - r))
+            attn_rows.append([0] * (P - p) + [1] * (p + r) + [0] * (T - r))
+            mask = list(t.loss_mask) if t.loss_mask is not None else [1] * r
+            mask_rows.append(mask[:r] + [0] * (T - r))
+        input_ids = torch.tensor(ids_rows, dtype=torch.long).view(B, P + T)
+        attention = torch.tensor(attn_rows, dtype=torch.long).view(B, P + T)
+        response_mask = torch.tensor(mask_rows, dtype=torch.float32).view(B, T)
+        rollout_lp = _pad_right(
+            [t.logprobs[: len(t.response_ids)] if t.logprobs is not None else None for t in trajs],
+            T,
+        )
+        has_entropy = any(t.entropy is not None for t in trajs)
+        entropy = _pad_right(
+            [t.entropy[: len(t.response_ids)] if t.entropy is not None else None for t in trajs],
+            T,
+        )
         position_ids = (attention.cumsum(-1) - 1).clamp(min=0)
         scores = [t.score for t in trajs]
         tensors = {

@@ -54,6 +54,7 @@ class ModelConfig:
     path: str | None = None
     task_variant: str = "full"  # the task variant a model of this size is meant for
     cache_dir: str | None = None  # tiny models: where built models live (default ~/.cache/rlbench)
+    attn_implementation: str | None = None  # eager | sdpa | flash_attention_2; null: transformers'
     arch: TinyArchConfig = field(default_factory=TinyArchConfig)
     pretrain: PretrainConfig = field(default_factory=PretrainConfig)
 

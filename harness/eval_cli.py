@@ -30,6 +30,8 @@ def evaluate_checkpoint(kind: str, value: str, cfg: Any) -> dict[str, float]:
         Path(value)
     )
     task = build(TASKS, cfg.task, "task")
-    engine = BACKENDS.get(cfg.backend.rollout)(str(path), cfg.backend, cfg.seed)
+    engine = BACKENDS.get(cfg.backend.rollout)(
+        str(path), cfg.backend, cfg.seed, attn_implementation=cfg.model.attn_implementation
+    )
     metrics, _ = evaluate(engine, task, cfg.seed, step=0)
     return {"checkpoint": str(path), **metrics}

@@ -157,7 +157,8 @@ class Trainer:
         engine_cls = BACKENDS.get(cfg.backend.train)
         self.engine = engine_cls(self.model_path, cfg.backend, cfg.seed, cfg.trainer.optim,
                                  total_steps=cfg.trainer.steps,
-                                 need_reference=self.algorithm.needs_reference)
+                                 need_reference=self.algorithm.needs_reference,
+                                 attn_implementation=cfg.model.attn_implementation)
         self.sampler = PromptSampler(self.task.train_examples(), cfg.seed)
         self.sampling = SamplingParams(
             n=cfg.rollout.n, temperature=cfg.rollout.temperature, top_p=cfg.rollout.top_p,

@@ -93,3 +93,26 @@ def test_left_padding_does_not_change_a_prompt_logprobs(tiny_model_path):
     padded = eng.generate([long, short], params)[1]
     assert alone.response_ids == padded.response_ids
     assert torch.allclose(alone.logprobs, padded.logprobs, atol=1e-4)
+
+
+def test_shared_prefill_gives_each_sample_what_its_own_prefill_would(tiny_model_path):
+    eng = engine(tiny_model_path)
+    prompts = [eng.tokenizer.encode(p, add_special_tokens=False) for p in ("1 2=3:", "9 8 7=65:")]
+    greedy = SamplingParams(n=3, top_k=1, max_new_tokens=8)
+    shared = eng.generate(prompts, greedy)
+    single = eng.generate([p for p in prompts for _ in range(3)],
+                          SamplingParams(n=1, top_k=1, max_new_tokens=8))
+    assert [t.response_ids for t in shared] == [t.response_ids for t in single]
+    for a, b in zip(shared, single):
+        assert torch.allclose(a.logprobs, b.logprobs, atol=1e-5)
+    assert [t.prompt_ids for t in shared] == [p for p in prompts for _ in range(3)]
+    assert [t.group_id for t in shared] == [0, 0, 0, 1, 1, 1]
+
+
+def test_generation_batches_smaller_than_a_group_still_sample_every_row(tiny_model_path):
+    backend = OmegaConf.structured(BackendConfig(threads=1, gen_batch_size=2))
+    eng = HFEngine(tiny_model_path, backend, 0, attn_implementation="eager")
+    prompts = [eng.tokenizer.encode(p, add_special_tokens=False) for p in ("1 2=3:", "4 5=9:")]
+    trajs = eng.generate(prompts, SamplingParams(n=4, max_new_tokens=6))
+    assert len(trajs) == 8 and [t.group_id for t in trajs] == [0] * 4 + [1] * 4
+    assert eng.model.config._attn_implementation == "eager"

@@ -71,6 +71,7 @@ class HFEngine:
         optim_cfg: Any | None = None,
         total_steps: int = 1,
         need_reference: bool = False,
+        attn_implementation: str | None = None,
     ) -> None:
         from transformers import AutoModelForCausalLM
 
@@ -80,7 +81,10 @@ class HFEngine:
         self.device = resolve_device(backend_cfg.device)
         dtype = getattr(torch, backend_cfg.dtype)
         self.tokenizer = load_tokenizer(model_path)
-        self.model = AutoModelForCausalLM.from_pretrained(model_path, dtype=dtype).to(self.device)
+        attn_impl = {"attn_implementation": attn_implementation} if attn_implementation else {}
+        self.model = AutoModelForCausalLM.from_pretrained(
+            model_path, dtype=dtype, **attn_impl
+        ).to(self.device)
         self.model.eval()
         self.gen_batch_size = backend_cfg.gen_batch_size
         self.pad_token_id = (
@@ -118,11 +122,11 @@ class HFEngine:
         params: SamplingParams,
         generator: torch.Generator | None = None,
     ) -> list[Trajectory]:
-        rows = [p for p in prompts for _ in range(params.n)]
         out: list[Trajectory] = []
-        size = self.gen_batch_size if self.gen_batch_size > 0 else len(rows)
-        for start in range(0, len(rows), size):
-            chunk = rows[start : start + size]
+        # chunks of whole prompts, so that a prompt's n samples share one prefill
+        size = max(1, self.gen_batch_size // params.n) if self.gen_batch_size > 0 else len(prompts)
+        for start in range(0, len(prompts), size):
+            chunk = prompts[start : start + size]
             out.extend(self._sample(chunk, params, generator or self.generator))
         texts = self.tokenizer.batch_decode(
             [t.response_ids[:-1] if t.finish_reason == "stop" else t.response_ids for t in out],
@@ -133,26 +137,35 @@ class HFEngine:
         return out
 
     def _sample(
-        self, prompts: list[list[int]], params: SamplingParams, gen: torch.Generator
+        self, unique_prompts: list[list[int]], params: SamplingParams, gen: torch.Generator
     ) -> list[Trajectory]:
-        N, P = len(prompts), max(len(p) for p in prompts)
-        ids = torch.full((N, P), self.pad_token_id, dtype=torch.long)
-        attn = torch.zeros((N, P), dtype=torch.long)
-        for i, p in enumerate(prompts):  # left padding: every row's next token is column P
+        """``params.n`` samples of each prompt; rows are prompt-major (p0 x n, p1 x n, ...)."""
+        U, P = len(unique_prompts), max(len(p) for p in unique_prompts)
+        ids = torch.full((U, P), self.pad_token_id, dtype=torch.long)
+        attn = torch.zeros((U, P), dtype=torch.long)
+        for i, p in enumerate(unique_prompts):  # left padding: every row's next token is column P
             ids[i, P - len(p) :] = torch.as_tensor(p)
             attn[i, P - len(p) :] = 1
         ids, attn = ids.to(self.device), attn.to(self.device)
         pos = (attn.cumsum(-1) - 1).clamp(min=0)
-        T = params.max_new_tokens
+        # The n samples of a prompt share its prefill: run it once per prompt, then repeat the KV
+        # cache n times (prefill is a third of the rollout on the tiny model otherwise).
+        out = self.model(input_ids=ids, attention_mask=attn, position_ids=pos, use_cache=True,
+                         logits_to_keep=1)
+        cache = out.past_key_values
+        if params.n > 1:
+            cache.batch_repeat_interleave(params.n)
+            attn, pos = attn.repeat_interleave(params.n, 0), pos.repeat_interleave(params.n, 0)
+            out.logits = out.logits.repeat_interleave(params.n, 0)
+        prompts = [p for p in unique_prompts for _ in range(params.n)]
+        N, T = len(prompts), params.max_new_tokens
         tokens = torch.full((N, T), self.pad_token_id, dtype=torch.long, device=self.device)
         logps = torch.zeros((N, T), device=self.device)
         ents = torch.zeros((N, T), device=self.device)
         eos = torch.as_tensor(self.eos_token_ids, device=self.device)
         done = torch.zeros(N, dtype=torch.bool, device=self.device)
         lengths = torch.full((N,), T, dtype=torch.long, device=self.device)
-        out = self.model(input_ids=ids, attention_mask=attn, position_ids=pos, use_cache=True,
-                         logits_to_keep=1)
-        cache, next_pos = out.past_key_values, pos[:, -1:] + 1
+        next_pos = pos[:, -1:] + 1
         steps = 0
         for t in range(T):
             logits = out.logits[:, -1, :].float() / params.temperature
