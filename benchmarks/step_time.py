@@ -34,11 +34,10 @@ Why a benchmark and not a test
     issue), not asserted; the 1-minute load average is printed with it.
 
 Known differences between the two sides (also printed by the script)
-    * Old log-probs: rlbench's default ``trainer.old_logprobs=recompute`` (verl's behaviour) runs
-      one extra no-grad forward over the batch (``time/old_logprob``). TRL skips it when the
-      step is on-policy (``num_iterations=1``, one generation per optimizer step) and uses the
-      detached current log-probs instead. This costs rlbench time; the equivalent rlbench
-      setting is ``trainer.old_logprobs=rollout``, and the script also prints rlbench's step
+    * Old log-probs: the tiny recipe uses ``trainer.old_logprobs=rollout`` (on-policy, so the
+      sampler's log-probs are pi_old), as TRL does with ``num_iterations=1``. With
+      ``trainer.old_logprobs=recompute`` (verl's behaviour) rlbench runs one extra no-grad
+      forward over the batch (``time/old_logprob``); the script then also prints rlbench's step
       time without that stage.
     * Prompt order: both sides shuffle the same training pool with the same seed, but with
       different shufflers, so they draw different prompts each step (same distribution).
