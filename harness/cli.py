@@ -5,13 +5,16 @@
     rlbench pretrain model=tiny task=countdown     warm-start (and cache) the tiny model
     rlbench train algorithm=grpo task=countdown model=tiny seed=0 [key=value ...]
     rlbench sweep algorithm=grpo,dr_grpo seed=0,1,2 [hydra/launcher=joblib ...]   (multirun)
+    rlbench sweep sweep=countdown_baselines        a named sweep from conf/sweep/
     rlbench eval checkpoint=<dir> | run_id=<mlflow run id> [key=value ...]
     rlbench board [--experiment NAME] [--out DIR] [--tracking-uri URI]
     rlbench ui [--port 5000]                       MLflow UI on 127.0.0.1
 
 ``train`` and ``sweep`` are Hydra apps: every ``key=value`` is a Hydra override, and sweeps use
-Hydra's launchers (basic, joblib, submitit, ray). Exit status: 0 ok, 1 failed run, 2 bad
-input (unknown name, bad key or value, missing path), 128+N killed by signal N.
+Hydra's launchers (basic, joblib, submitit_local / submitit_slurm, ray). A cell whose MLflow run
+FINISHED with the same config hash is skipped; a killed one continues from its checkpoint.
+Exit status: 0 ok, 1 failed run, 2 bad input (unknown name, bad key or value, missing path),
+128+N killed by signal N.
 """
 
 from __future__ import annotations
@@ -73,13 +76,47 @@ def _guarded(fn: Any, *args: Any) -> Any:
     return None
 
 
+def _cap_threads(cfg: Any, hydra_cfg: Any) -> None:
+    """Parallel jobs of a local launcher share the cores: with ``backend.threads=0`` (torch's
+    default, every core) each joblib worker would start one thread per core and they would fight.
+    Give each job cores // n_jobs threads instead."""
+    import os
+
+    from hydra.types import RunMode
+
+    if cfg.backend.threads != 0 or hydra_cfg.mode != RunMode.MULTIRUN:
+        return
+    launcher = hydra_cfg.launcher
+    if "joblib" not in str(launcher.get("_target_", "")):
+        return
+    cores = os.cpu_count() or 1
+    n_jobs = int(launcher.get("n_jobs", -1) or -1)
+    jobs = cores if n_jobs <= 0 else min(n_jobs, cores)
+    cfg.backend.threads = max(1, cores // jobs)
+
+
 def _train_job(cfg: Any) -> Any:
     from hydra.core.hydra_config import HydraConfig
 
     from harness.trainer import train
 
-    output_dir = HydraConfig.get().runtime.output_dir
-    return _guarded(train, cfg, output_dir)
+    hydra_cfg = HydraConfig.get()
+    _cap_threads(cfg, hydra_cfg)
+    return _guarded(train, cfg, hydra_cfg.runtime.output_dir)
+
+
+def _prepare_tracking(overrides: list[str]) -> None:
+    """Create the MLflow store and experiment once, before parallel jobs race to create them.
+    Sweep values (``a,b``) are left out: only the tracking settings matter here."""
+    from harness.tracking import Tracker
+
+    fixed = [o for o in overrides if "," not in o.partition("=")[2] and not o.startswith("hydra")]
+    try:
+        cfg = compose_config(fixed)
+    except Exception:  # Hydra reports bad overrides itself, naming the key
+        return
+    if cfg.tracking.enabled:
+        Tracker(cfg.tracking.uri, cfg.tracking.experiment)
 
 
 def _preflight(overrides: list[str]) -> None:
@@ -109,7 +146,9 @@ def run_hydra(overrides: list[str], multirun: bool) -> None:
     from harness.config import register_schema
 
     register_schema()
-    if not multirun:
+    if multirun:
+        _prepare_tracking(overrides)
+    else:
         _preflight(overrides)
     argv = ["rlbench", *(["--multirun"] if multirun else []), *with_searchpath(overrides)]
     saved, sys.argv = sys.argv, argv

@@ -88,7 +88,11 @@ class TrainerConfig:
     eval_at_start: bool = True
     checkpoint_every: int = 100
     output_dir: str | None = None  # null: Hydra's run dir (or ./outputs/<run name>)
-    resume: str | None = None  # a checkpoint dir (or an output dir: its latest checkpoint)
+    # auto: continue this cell's unfinished run from its checkpoint if it left one
+    # (harness/cells.py); true: insist on that; false: always start afresh; else a checkpoint
+    # dir or an output dir
+    resume: str | None = "auto"
+    skip_finished: bool = True  # skip the cell when a run with its config hash FINISHED
     mini_batch_size: int = 0  # samples per optimizer step; 0 = the whole batch
     micro_batch_size: int = 0  # samples per forward/backward; 0 = the mini-batch
     epochs: int = 1  # inner PPO epochs over each batch

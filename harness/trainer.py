@@ -14,8 +14,17 @@
 
 A first Ctrl-C or SIGTERM asks the loop to stop at the end of the current step: it writes a
 checkpoint, marks the MLflow run KILLED and raises :class:`RunInterrupted`; a second signal
-stops at once (the last periodic checkpoint stays on disk). ``trainer.resume`` continues a run
-from a checkpoint, reopening the same MLflow run.
+stops at once (the last periodic checkpoint stays on disk). Before training, the cell's config
+hash is looked up in MLflow (:mod:`harness.cells`): a cell that already FINISHED is skipped, and
+an unfinished one (killed, failed, or SIGKILLed while RUNNING) continues from its last checkpoint
+into the same MLflow run and output dir. The checkpoint holds everything the loop's randomness
+depends on (weights, optimizer, scheduler, the sampling generator, the Python / NumPy / torch RNGs,
+the prompt sampler's position), so a resumed run logs the same metrics as an uninterrupted one.
+
+Cost ledger (summary metrics, for compute-matched comparisons): ``final/tokens_total``
+(generated), ``final/tokens_trained`` (response tokens that went through a backward pass),
+``final/time_<stage>_s`` (wall seconds per stage over the run), ``final/peak_mem_mb`` (peak
+resident memory of the process) and, on a GPU, ``final/peak_gpu_mem_mb``.
 """
 
 from __future__ import annotations
@@ -23,6 +32,7 @@ from __future__ import annotations
 import contextlib
 import json
 import random
+import resource
 import signal
 import sys
 import time
@@ -36,7 +46,8 @@ from omegaconf import DictConfig, OmegaConf
 
 from harness.algorithm import Algorithm, build_algorithm
 from harness.batch import RolloutBatch
-from harness.checkpoint import latest_checkpoint, save_checkpoint
+from harness.cells import HASH_TAG, CellPlan, plan_cell
+from harness.checkpoint import save_checkpoint
 from harness.components import build
 from harness.config import validate_config
 from harness.evaluation import evaluate
@@ -141,13 +152,25 @@ class Trainer:
         )
         self.step = 0
         self.tokens_total = 0.0
+        self.tokens_trained = 0.0
+        self.stage_totals: dict[str, float] = defaultdict(float)
+        self.peak_mem_mb = 0.0
         self.wall_offset = 0.0
+        self.plan: CellPlan | None = None
         self.eval_history: list[dict[str, float]] = []
         self._stop_signal: int | None = None
 
     # -- setup ----------------------------------------------------------------------------------
-    def setup(self) -> None:
+    def setup(self) -> CellPlan:
+        """Plan the cell; unless it is skipped, build everything and open the MLflow run."""
         cfg = self.cfg
+        self.tracker = Tracker(cfg.tracking.uri, cfg.tracking.experiment, cfg.tracking.enabled)
+        self.plan = plan_cell(cfg, self.tracker.client if self.tracker.enabled else None,
+                              self.tracker.experiment_id if self.tracker.enabled else None)
+        if self.plan.action == "skip":
+            return self.plan
+        if self.plan.output_dir is not None:  # keep writing where the run started
+            self.output_dir = self.plan.output_dir
         seed_everything(cfg.seed)
         if cfg.backend.threads > 0:
             torch.set_num_threads(cfg.backend.threads)
@@ -165,8 +188,7 @@ class Trainer:
             top_k=cfg.rollout.top_k, max_new_tokens=cfg.rollout.max_new_tokens,
             entropy=cfg.rollout.entropy,
         )
-        self.tracker = Tracker(cfg.tracking.uri, cfg.tracking.experiment, cfg.tracking.enabled)
-        resume_state = self._load_resume() if cfg.trainer.resume else None
+        resume_state = self._load_resume(self.plan) if self.plan.action == "resume" else None
         tags = {
             "rlbench.algorithm": cfg.algorithm.name, "rlbench.task": cfg.task.name,
             "rlbench.task_variant": str(cfg.task.get("variant", "")),
@@ -174,26 +196,36 @@ class Trainer:
             "rlbench.backend": cfg.backend.name,
             "rlbench.temperature": str(cfg.rollout.temperature),
             "rlbench.output_dir": str(self.output_dir.resolve()),
+            HASH_TAG: self.plan.config_hash, "rlbench.kind": "train",
             **{k: str(v) for k, v in cfg.tracking.tags.items()},
         }
-        self.tracker.start(self.run_name, tags, run_id=(resume_state or {}).get("run_id"))
+        self.tracker.start(self.run_name, tags, run_id=self.plan.run_id)
         if resume_state is None:
             self.tracker.log_params(cfg)
             manifest = build_manifest(cfg, self.task.dataset_hash(), self.model_path)
             self.tracker.log_json(manifest, "manifest.json")
             self.tracker.log_text(OmegaConf.to_yaml(cfg, resolve=True), "config.yaml")
+        return self.plan
 
-    def _load_resume(self) -> dict[str, Any]:
-        path = latest_checkpoint(Path(self.cfg.trainer.resume))
+    def _load_resume(self, plan: CellPlan) -> dict[str, Any]:
+        path = plan.checkpoint
         state = json.loads((path / "trainer_state.json").read_text())
         self.engine.load(path)
         self.sampler.load_state_dict(state["sampler"])
         self.step, self.tokens_total = state["step"], state["tokens_total"]
+        self.tokens_trained = state.get("tokens_trained", 0.0)
+        self.stage_totals.update(state.get("stage_totals", {}))
+        self.peak_mem_mb = state.get("peak_mem_mb", 0.0)
         self.wall_offset = state.get("wall_s", 0.0)
         self.eval_history = state.get("eval_history", [])
         random.setstate(_tuplify(state["python_rng"]))
         torch.set_rng_state(torch.tensor(state["torch_rng"], dtype=torch.uint8))
-        print(f"[rlbench] resumed from {path} at step {self.step}", file=sys.stderr)
+        if "numpy_rng" in state:
+            kind, keys, pos, has_gauss, gauss = state["numpy_rng"]
+            np.random.set_state((kind, np.asarray(keys, dtype=np.uint32), pos, has_gauss, gauss))
+        if plan.run_id is None:
+            plan.run_id = state.get("run_id")
+        print(f"[rlbench] resuming {plan.reason}: from step {self.step}", file=sys.stderr)
         return state
 
     # -- one step -------------------------------------------------------------------------------
@@ -252,17 +284,21 @@ class Trainer:
                                                         entropy_grad=entropy_grad)
                     loss, m = self.algorithm.loss(micro.to(logp.device), logp, entropy, agg)
                     self.engine.backward(loss)
+                    sums["actor/tokens_trained"] += float(micro["response_mask"].sum())
                     for k, v in m.items():  # micro-batch metrics are additive shares
                         sums[k] += v
                 sums["actor/grad_norm"] += self.engine.optimizer_step()
                 optimizer_steps += 1
-        return {k: v / max(optimizer_steps, 1) for k, v in sums.items()}
+        out = {k: v / max(optimizer_steps, 1) for k, v in sums.items()}
+        out["actor/tokens_trained"] = sums["actor/tokens_trained"]  # a count, not a mean
+        return out
 
     # -- evaluation, checkpoints, the loop ------------------------------------------------------
     def run_eval(self) -> dict[str, float]:
         metrics, samples = evaluate(self.engine, self.task, self.cfg.seed, self.step,
                                     samples_to_keep=self.cfg.tracking.log_samples)
         self.eval_history.append({"step": self.step, **metrics})
+        self.stage_totals["eval"] += metrics.get("time/eval", 0.0)
         self.tracker.log_metrics(metrics, self.step)
         if samples:
             self.tracker.log_jsonl(samples, f"samples/eval_step_{self.step:06d}.jsonl")
@@ -271,10 +307,13 @@ class Trainer:
     def save(self) -> Path:
         state = {
             "step": self.step, "tokens_total": self.tokens_total,
+            "tokens_trained": self.tokens_trained, "stage_totals": dict(self.stage_totals),
+            "peak_mem_mb": self._peak_mem(),
             "sampler": self.sampler.state_dict(), "run_id": self.tracker.run_id,
             "wall_s": self.wall_offset + (time.perf_counter() - self._t_start),
             "eval_history": self.eval_history,
             "python_rng": random.getstate(), "torch_rng": torch.get_rng_state().tolist(),
+            "numpy_rng": _numpy_state(),
         }
         return save_checkpoint(self.engine, self.output_dir, self.step, state)
 
@@ -291,7 +330,9 @@ class Trainer:
         handlers = _install_handlers(self._request_stop)
         status = "FAILED"
         try:
-            self.setup()
+            if self.setup().action == "skip":
+                status = "SKIPPED"
+                return self._skipped_summary()
             summary = self._loop()
             status = "FINISHED"
             return summary
@@ -302,7 +343,7 @@ class Trainer:
             raise
         finally:
             _restore_handlers(handlers)
-            if hasattr(self, "tracker"):
+            if hasattr(self, "tracker") and status != "SKIPPED":
                 self.tracker.end(status)
 
     def _loop(self) -> dict[str, float]:
@@ -312,6 +353,11 @@ class Trainer:
         while self.step < cfg.steps:
             metrics = self.train_step()
             self.step += 1
+            self.tokens_trained += metrics.get("actor/tokens_trained", 0.0)
+            metrics["actor/tokens_trained_total"] = self.tokens_trained
+            for key, seconds in metrics.items():
+                if key.startswith("time/") and key != "time/step":
+                    self.stage_totals[key[len("time/"):]] += seconds
             wall = self.wall_offset + time.perf_counter() - self._t_start
             metrics["time/wall"] = wall
             self.tracker.log_metrics(metrics, self.step)
@@ -334,8 +380,13 @@ class Trainer:
         """final/* = mean of the last two evaluations; start/* = the step-0 evaluation."""
         summary: dict[str, float] = {"final/steps": float(self.step),
                                      "final/tokens_total": self.tokens_total,
+                                     "final/tokens_trained": self.tokens_trained,
+                                     "final/peak_mem_mb": self._peak_mem(),
                                      "final/wall_s": self.wall_offset + time.perf_counter()
                                      - self._t_start}
+        summary.update({f"final/time_{k}_s": v for k, v in sorted(self.stage_totals.items())})
+        if torch.cuda.is_available():
+            summary["final/peak_gpu_mem_mb"] = torch.cuda.max_memory_allocated() / 2**20
         evals = self.eval_history
         keys = [k for k in (evals[-1] if evals else {}) if "/pass_at_" in k or "/mean_at_" in k
                 or "/maj_at_" in k]
@@ -346,6 +397,19 @@ class Trainer:
                 summary["start/" + key[len("eval/"):]] = evals[0][key]
         self.tracker.log_metrics(summary, self.step)
         return summary
+
+    def _peak_mem(self) -> float:
+        """Peak resident memory in MiB (Linux reports ru_maxrss in KiB), the max over resumes."""
+        self.peak_mem_mb = max(self.peak_mem_mb,
+                               resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)
+        return self.peak_mem_mb
+
+    def _skipped_summary(self) -> dict[str, float]:
+        run_id = self.plan.run_id
+        print(f"[{self.run_name}] skipped: {self.plan.reason} "
+              "(trainer.skip_finished=false runs it again)", file=sys.stderr)
+        metrics = self.tracker.client.get_run(run_id).data.metrics
+        return {k: v for k, v in metrics.items() if k.startswith(("final/", "start/"))}
 
     def _status(self, m: dict[str, float], eval_line: bool = False) -> None:
         if eval_line:
@@ -362,6 +426,11 @@ class Trainer:
             f"{m['time/step']:.2f}s",
             file=sys.stderr,
         )
+
+
+def _numpy_state() -> list[Any]:
+    kind, keys, pos, has_gauss, gauss = np.random.get_state()
+    return [kind, keys.tolist(), int(pos), int(has_gauss), float(gauss)]
 
 
 def _tuplify(obj: Any) -> Any:

@@ -1,0 +1,152 @@
+"""Runs that survive being killed, and sweeps that rerun only what did not finish (subprocesses,
+as a user or a cluster runs them)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+from mlflow.tracking import MlflowClient
+
+from harness.cells import config_hash, plan_cell, resume_mode
+from tests.conftest import make_config
+from tests.test_cli import QUIET_RUN, RLBENCH, rlbench
+
+RUN = [*QUIET_RUN, "trainer.steps=24", "trainer.eval_every=8", "trainer.checkpoint_every=8",
+       "trainer.status_every=0"]
+# Metrics that measure the machine rather than the computation.
+MACHINE = ("time/", "final/wall_s", "final/time_", "final/peak_mem_mb")
+
+
+def _env(base: dict[str, str], tmp: Path, name: str) -> dict[str, str]:
+    env = dict(base)
+    env["MLFLOW_TRACKING_URI"] = f"sqlite:///{tmp / f'{name}.db'}"
+    return env
+
+
+def _only_run(uri: str):
+    client = MlflowClient(uri)
+    runs = client.search_runs([client.get_experiment_by_name("rlbench").experiment_id])
+    assert len(runs) == 1, [r.info.status for r in runs]
+    return client, runs[0]
+
+
+def _series(client: MlflowClient, run) -> dict[tuple[str, int], set[float]]:
+    out: dict[tuple[str, int], set[float]] = {}
+    for key in run.data.metrics:
+        if key.startswith(MACHINE):
+            continue
+        for m in client.get_metric_history(run.info.run_id, key):
+            out.setdefault((key, m.step), set()).add(m.value)
+    return out
+
+
+def test_sigkilled_run_resumes_to_the_same_metrics_as_an_uninterrupted_run(tmp_path, cli_env):
+    (tmp_path / "whole").mkdir()
+    (tmp_path / "killed").mkdir()
+    whole_env = _env(cli_env, tmp_path, "whole")
+    out = rlbench("train", *RUN, env=whole_env, cwd=tmp_path / "whole")
+    assert out.returncode == 0, out.stderr[-2000:]
+
+    killed_env = _env(cli_env, tmp_path, "killed")
+    proc = subprocess.Popen([*RLBENCH, "train", *RUN], env=killed_env, cwd=tmp_path / "killed",
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.time() + 240
+    checkpoints = None
+    while time.time() < deadline and proc.poll() is None:
+        found = list((tmp_path / "killed").glob("outputs/*/checkpoints/step_0000008"))
+        if found:
+            checkpoints = found[0].parent
+            break
+        time.sleep(0.05)
+    assert checkpoints is not None and proc.poll() is None, "no checkpoint before the run ended"
+    os.kill(proc.pid, signal.SIGKILL)  # no handler runs: the MLflow run is left RUNNING
+    proc.wait(timeout=60)
+    client, run = _only_run(killed_env["MLFLOW_TRACKING_URI"])
+    assert run.info.status == "RUNNING"
+    last_before = max(m.step for m in client.get_metric_history(run.info.run_id,
+                                                                 "rollout/reward_mean"))
+    assert last_before < 24
+
+    again = rlbench("train", *RUN, env=killed_env, cwd=tmp_path / "killed")  # the same cell
+    assert again.returncode == 0, again.stderr[-2000:]
+    assert "resuming run" in again.stderr
+    client, resumed = _only_run(killed_env["MLFLOW_TRACKING_URI"])
+    assert resumed.info.run_id == run.info.run_id and resumed.info.status == "FINISHED"
+    wclient, whole = _only_run(whole_env["MLFLOW_TRACKING_URI"])
+
+    ours, theirs = _series(client, resumed), _series(wclient, whole)
+    resumed_from = int(sorted(checkpoints.glob("step_*"))[0].name.split("_")[1])
+    after = {k: v for k, v in theirs.items() if k[1] > resumed_from}
+    assert any(key == "eval/heldout/pass_at_1" for key, _ in after)
+    assert any(key == "rollout/reward_mean" for key, _ in after)
+    for key, values in after.items():
+        assert ours.get(key) == values, (key, ours.get(key), values)
+    # the steps logged twice (before the kill and again after resuming) agree with themselves
+    assert all(len(v) == 1 for v in ours.values())
+    assert set(ours) == set(theirs)
+
+
+def test_rerunning_a_sweep_skips_the_finished_cells(tmp_path, cli_env):
+    sweep = ["sweep", "algorithm=grpo,rloo", "seed=0", *QUIET_RUN, "trainer.steps=2",
+             "trainer.eval_every=2", "trainer.status_every=0"]
+    first = rlbench(*sweep, env=cli_env, cwd=tmp_path)
+    assert first.returncode == 0, first.stderr[-2000:]
+    again = rlbench(*sweep, env=cli_env, cwd=tmp_path)
+    assert again.returncode == 0, again.stderr[-2000:]
+    assert again.stderr.count("skipped: run") == 2
+    client = MlflowClient(cli_env["MLFLOW_TRACKING_URI"])
+    runs = client.search_runs([client.get_experiment_by_name("rlbench").experiment_id])
+    assert sorted(r.data.tags["rlbench.algorithm"] for r in runs) == ["grpo", "rloo"]
+    assert all(r.info.status == "FINISHED" for r in runs)
+    # a changed knob is another cell
+    third = rlbench(*sweep, "algorithm.loss.clip_high=0.28", env=cli_env, cwd=tmp_path)
+    assert third.returncode == 0 and "skipped" not in third.stderr
+    assert len(client.search_runs([runs[0].info.experiment_id])) == 4
+
+
+def test_joblib_and_submitit_local_sweeps_land_in_one_experiment(tmp_path, cli_env):
+    common = ["sweep", "algorithm=grpo", *QUIET_RUN, "trainer.steps=1", "trainer.eval_every=0",
+              "trainer.status_every=0", "tracking.experiment=launchers"]
+    joblib = rlbench(*common, "seed=0,1", "hydra/launcher=joblib", "hydra.launcher.n_jobs=2",
+                     "backend.threads=0", env=cli_env, cwd=tmp_path)
+    assert joblib.returncode == 0, joblib.stderr[-2000:]
+    submitit = rlbench(*common, "seed=2", "hydra/launcher=submitit_local",
+                       env=cli_env, cwd=tmp_path)
+    assert submitit.returncode == 0, submitit.stderr[-2000:]
+    client = MlflowClient(cli_env["MLFLOW_TRACKING_URI"])
+    runs = client.search_runs([client.get_experiment_by_name("launchers").experiment_id])
+    assert sorted(r.data.tags["rlbench.seed"] for r in runs) == ["0", "1", "2"]
+    assert all(r.info.status == "FINISHED" for r in runs)
+    joblib_threads = {r.data.params["backend.threads"] for r in runs
+                      if r.data.tags["rlbench.seed"] != "2"}
+    cores = os.cpu_count() or 1
+    assert joblib_threads == {str(max(1, cores // min(2, cores)))}  # capped per job
+
+
+def test_config_hash_ignores_where_and_how_verbosely_a_run_logs(tmp_path, model_cache):
+    base = make_config(tmp_path, model_cache)
+    same = make_config(tmp_path / "elsewhere", model_cache, "trainer.status_every=5",
+                       "tracking.experiment=other", "backend.threads=2",
+                       "trainer.resume=false")
+    assert config_hash(base) == config_hash(same)
+    for knob in ("seed=1", "algorithm=rloo", "trainer.steps=7", "rollout.temperature=0.7"):
+        assert config_hash(make_config(tmp_path, model_cache, knob)) != config_hash(base), knob
+
+
+@pytest.mark.parametrize(("value", "mode"), [
+    (None, "false"), ("auto", "auto"), (True, "true"), ("True", "true"), (False, "false"),
+    ("/some/dir", "/some/dir"),
+])
+def test_resume_values_normalise(value, mode):
+    assert resume_mode(value) == mode
+
+
+def test_resume_true_without_a_resumable_run_names_the_problem(tmp_path, model_cache):
+    cfg = make_config(tmp_path, model_cache, "trainer.resume=true")
+    with pytest.raises(FileNotFoundError, match=r"trainer\.resume=true"):
+        plan_cell(cfg, None, None)
