@@ -1,81 +1,143 @@
-"""Leaderboard generator: MLflow runs -> markdown/CSV tables and PNG curves (``rlbench board``).
+"""Leaderboard generator: MLflow runs -> markdown/CSV tables, PNG curves and a leaderboard run in
+MLflow (``rlbench board``).
 
 Every number on a leaderboard must trace back to logged runs, so nothing here is typed by hand:
-``build_leaderboards`` queries the MLflow tracking store, keeps FINISHED runs only (others are
-counted in a footnote), groups them by (task, task_variant, model) and writes one directory per
-group with ``leaderboard.md``/``.csv`` (one row per algorithm, Student-t CIs over seeds, paired
-differences vs a baseline on shared seeds) plus ``pass_at_1.png`` and ``entropy.png``, then an
-index ``README.md``. Output is deterministic (sorted, no timestamps) so regenerating an unchanged
-store gives a clean ``git diff``.
+``build_leaderboards`` queries the MLflow tracking store, keeps FINISHED training runs only (others
+are counted in a footnote; leaderboard runs, ``rlbench.kind=leaderboard``, are skipped), groups
+them by (task, task_variant, model) and writes one directory per group with
+
+- ``leaderboard.md``/``.csv``: one row per algorithm (``algorithm@variant`` when the run carries a
+  variant, see ``conf/board/default.yaml``) and sampling temperature; per eval set pass@1, pass@k
+  for every logged k, mean@n and maj@k where logged, as mean ± 95% interval over seeds (Student-t,
+  a seeded percentile bootstrap from 10 seeds on); paired differences against the row's baseline on
+  shared seeds (``†`` when the interval excludes 0); change since step 0; cost (tokens generated
+  and trained, wall time, peak memory);
+- one PNG per curve (``<set>-pass_at_<k>.png``, ``reward.png``, ``entropy.png``,
+  ``response_len.png``): mean over seeds with a min-max band;
+
+then an index ``README.md`` (command, git commit, date) and, per group, a leaderboard run in the
+same MLflow experiment (``harness.board_mlflow``). Files other than the README's date line are
+deterministic (sorted, seeded, no timestamps), so regenerating an unchanged store gives a clean
+``git diff``. ``SOURCE_DATE_EPOCH`` fixes the date too.
 
 Run conventions read here (written by the trainer): tags ``rlbench.{algorithm,task,task_variant,
-model,seed,temperature,baseline}``; summary metrics ``final/<set>/pass_at_<k>``,
-``start/<set>/pass_at_<k>``, ``final/{steps,tokens_total,wall_s}``; step metrics
-``eval/<set>/pass_at_<k>`` and ``rollout/entropy``.
+model,seed,temperature,baseline,kind}``; summary metrics ``final/<set>/{pass,mean,maj}_at_<k>``,
+``start/<set>/...``, ``final/{steps,tokens_total,tokens_trained,wall_s,peak_mem_mb,
+peak_gpu_mem_mb}``; step metrics ``eval/<set>/pass_at_<k>`` and ``rollout/{reward_mean,entropy,
+response_len_mean}``.
 """
 
 from __future__ import annotations
 
-import csv
-import io
+import contextlib
+import datetime as _dt
 import math
+import os
 import re
+import shlex
+import subprocess
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
-import numpy as np
-from matplotlib.backends.backend_agg import FigureCanvasAgg
-from matplotlib.figure import Figure
-from mlflow.entities import Run, ViewType
+from mlflow.entities import Run as MlflowRun
+from mlflow.entities import ViewType
 from mlflow.tracking import MlflowClient
 
-from harness.stats import mean_ci, paired_diff
+from harness.board_mlflow import KIND_TAG, log_leaderboard
+from harness.board_tables import (
+    COSTS,
+    Row,
+    Run,
+    Spec,
+    cell,
+    footer,
+    notes_text,
+    quality_table,
+    render_csv,
+    render_markdown,
+    table,
+)
+from harness.plots import plot_curves, seed_curves
+from harness.stats import interval, paired_interval
 
-__all__ = ["build_leaderboards", "display_tracking_uri"]
+__all__ = ["BoardConfig", "build_leaderboards", "display_tracking_uri", "load_config"]
 
+REPO = Path(__file__).resolve().parents[1]
+DEFAULT_CONFIG = REPO / "conf" / "board" / "default.yaml"
 _PAGE = 1000  # search_runs page size
-_SMOOTH = 5  # trailing moving-average window (in logged points) for the entropy curve
-_FINAL_RE = re.compile(r"^final/(.+)/pass_at_(\d+)$")
+_SPEC_RE = re.compile(r"^final/(.+)/(pass|mean|maj)_at_(\d+)$")
 _SECRET_RE = re.compile(r"pass|secret|token|key|cred|auth|sig", re.IGNORECASE)
-_COLUMNS_NOTE = (
-    "Columns: pass@k is the unbiased Codex estimator (Chen et al., 2021) over n samples per "
-    "problem; *final* = mean of the last two evaluations; *start* = the step-0 evaluation (mean "
-    "over seeds); *Δ start* = mean of per-seed final − start; *Δ vs base* = paired difference "
-    "final − baseline final over the seeds both have; ± = Student-t 95% CI half-width over seeds "
-    "(n/a with one seed); steps, tokens (generated, `final/tokens_total`) and wall seconds are "
-    "means over seeds."
+_ROLLOUT_PLOTS = (  # file, metric, title, y label
+    ("reward.png", "rollout/reward_mean", "training reward", "mean reward"),
+    ("entropy.png", "rollout/entropy", "rollout entropy", "mean token entropy"),
+    ("response_len.png", "rollout/response_len_mean", "response length",
+     "mean response length (tokens)"),
 )
 
 
-@dataclass
-class _Run:
-    run_id: str
-    algorithm: str
-    seed: str
-    temperature: str
-    baseline: str
-    metrics: dict[str, float]
+# ---------------------------------------------------------------------------------- config
+
+@dataclass(frozen=True)
+class BoardConfig:
+    """The pairing and statistics of a leaderboard (``conf/board/default.yaml``)."""
+
+    baseline: str = "grpo"
+    pairs: dict[str, str] = field(default_factory=dict)
+    variant: tuple[str, ...] = ("tags.rlbench.variant",)
+    confidence: float = 0.95
+    bootstrap_min_n: int = 10
+    bootstrap_resamples: int = 10_000
+    bootstrap_seed: int = 0
+    smooth: int = 5
+    source: str = "(built-in defaults)"
 
 
-@dataclass
-class _Group:
-    runs: dict[str, dict[str, _Run]] = field(default_factory=dict)  # algorithm -> seed -> run
-    superseded: list[_Run] = field(default_factory=list)
-    excluded: Counter[str] = field(default_factory=Counter)  # status -> count
+def load_config(path: str | Path | None = None) -> BoardConfig:
+    """Read a board config (yaml); ``None`` reads ``conf/board/default.yaml`` when it exists.
+    Unknown keys and malformed values raise ``ValueError`` naming them."""
+    from omegaconf import OmegaConf
+
+    explicit = path is not None
+    p = Path(path) if explicit else DEFAULT_CONFIG
+    if not p.is_file():
+        if explicit:
+            raise ValueError(f"board config {str(p)!r} not found")
+        return BoardConfig()
+    raw = OmegaConf.to_container(OmegaConf.load(p), resolve=True) or {}
+    if not isinstance(raw, dict):
+        raise ValueError(f"board config {p.name}: expected a mapping")
+    valid = {f for f in BoardConfig.__dataclass_fields__ if f != "source"}
+    unknown = sorted(set(raw) - valid)
+    if unknown:
+        raise ValueError(f"board config {p.name}: unknown key(s) {', '.join(unknown)}; valid: "
+                         f"{', '.join(sorted(valid))}")
+    pairs = raw.get("pairs") or {}
+    if not isinstance(pairs, dict) or not all(isinstance(v, str) for v in pairs.values()):
+        raise ValueError(f"board config {p.name}: pairs must map a row name to a baseline name")
+    variant = raw.get("variant", list(BoardConfig.variant))
+    variant = [variant] if isinstance(variant, str) else list(variant or [])
+    bad = [v for v in variant if not str(v).startswith(("tags.", "params."))]
+    if bad:
+        raise ValueError(f"board config {p.name}: variant entries must start with 'tags.' or "
+                         f"'params.', got {bad}")
+    cfg = BoardConfig(**{**{k: v for k, v in raw.items() if k not in ("pairs", "variant")},
+                         "pairs": {str(k): v for k, v in pairs.items()},
+                         "variant": tuple(map(str, variant)), "source": _shown_path(p)})
+    if not 0.0 < cfg.confidence < 1.0:
+        raise ValueError(f"board config {p.name}: confidence must be in (0, 1)")
+    return cfg
 
 
-def _seed_key(seed: str) -> tuple[int, float, str]:
+def _shown_path(p: Path) -> str:
     try:
-        return (0, float(seed), seed)
+        return p.resolve().relative_to(REPO).as_posix()
     except ValueError:
-        return (1, 0.0, seed)
+        return p.name
 
 
-def _safe(name: str) -> str:
-    return re.sub(r"[^A-Za-z0-9_.-]+", "_", name).strip(".") or "_"
-
+# ---------------------------------------------------------------------------------- tracking URI
 
 def _rel_or_name(path: str, base: Path) -> str:
     p = Path(path).expanduser().resolve()
@@ -101,38 +163,63 @@ def display_tracking_uri(uri: str, base: Path) -> str:
     return urlunsplit((parts.scheme, host, parts.path, query, ""))
 
 
-def _search(client: MlflowClient, exp_id: str, filter_string: str) -> list[Run]:
-    runs: list[Run] = []
+# ---------------------------------------------------------------------------------- collection
+
+@dataclass
+class _Group:
+    runs: dict[tuple[str, str, str], dict[str, Run]] = field(default_factory=dict)
+    superseded: list[Run] = field(default_factory=list)
+    excluded: Counter[str] = field(default_factory=Counter)  # status -> count
+
+    @property
+    def n_used(self) -> int:
+        return sum(len(s) for s in self.runs.values())
+
+
+def _search(client: MlflowClient, exp_id: str, filter_string: str) -> list[MlflowRun]:
+    runs: list[MlflowRun] = []
     token = None
     while True:
         page = client.search_runs(
             [exp_id], filter_string=filter_string, run_view_type=ViewType.ACTIVE_ONLY,
             max_results=_PAGE, order_by=["attributes.start_time ASC"], page_token=token,
         )
-        runs.extend(page)
+        runs.extend(r for r in page if r.data.tags.get(KIND_TAG, "train") == "train")
         token = page.token
         if not token:
             break
     return sorted(runs, key=lambda r: (r.info.start_time or 0, r.info.run_id))
 
 
-def _group_key(run: Run) -> tuple[str, str, str]:
+def _group_key(run: MlflowRun) -> tuple[str, str, str]:
     t = run.data.tags
     return tuple(t.get(f"rlbench.{k}", "unknown") for k in ("task", "task_variant", "model"))
 
 
-def _collect(client: MlflowClient, exp_id: str) -> tuple[dict[tuple[str, str, str], _Group], int]:
-    """FINISHED runs grouped; one run per (algorithm, seed): the latest started, the rest
-    listed as superseded. Returns (groups, number of non-finished runs)."""
+def _variant(run: MlflowRun, keys: tuple[str, ...]) -> str:
+    values = []
+    for key in keys:
+        kind, _, name = key.partition(".")
+        value = (run.data.tags if kind == "tags" else run.data.params).get(name, "")
+        if value:
+            values.append(value)
+    return ",".join(values)
+
+
+def _collect(client: MlflowClient, exp_id: str, cfg: BoardConfig,
+             ) -> tuple[dict[tuple[str, str, str], _Group], int]:
+    """FINISHED training runs grouped; one run per (row, seed): the latest started, the rest
+    listed as superseded. Returns (groups, number of non-finished training runs)."""
     groups: dict[tuple[str, str, str], _Group] = defaultdict(_Group)
     for r in _search(client, exp_id, "attributes.status = 'FINISHED'"):
         t = r.data.tags
-        run = _Run(r.info.run_id, t.get("rlbench.algorithm", "unknown"),
-                   t.get("rlbench.seed", "?"), t.get("rlbench.temperature", ""),
-                   t.get("rlbench.baseline", ""), dict(r.data.metrics))
-        by_seed = groups[_group_key(r)].runs.setdefault(run.algorithm, {})
+        run = Run(r.info.run_id, t.get("rlbench.algorithm", "unknown"), _variant(r, cfg.variant),
+                  t.get("rlbench.seed", "?"), t.get("rlbench.temperature", ""),
+                  t.get("rlbench.baseline", ""), dict(r.data.metrics))
+        group = groups[_group_key(r)]
+        by_seed = group.runs.setdefault((run.algorithm, run.variant, run.temperature), {})
         if run.seed in by_seed:  # runs are sorted by start time: the later one wins
-            groups[_group_key(r)].superseded.append(by_seed[run.seed])
+            group.superseded.append(by_seed[run.seed])
         by_seed[run.seed] = run
     others = _search(client, exp_id, "attributes.status != 'FINISHED'")
     for r in others:
@@ -141,216 +228,165 @@ def _collect(client: MlflowClient, exp_id: str) -> tuple[dict[tuple[str, str, st
     return dict(groups), len(others)
 
 
-def _history(client: MlflowClient, run_id: str, key: str) -> dict[int, float]:
-    hist = sorted(client.get_metric_history(run_id, key), key=lambda m: (m.step, m.timestamp))
-    return {m.step: m.value for m in hist}  # a step logged twice: the last write wins
+# ---------------------------------------------------------------------------------- rows
+
+def _specs(group: _Group) -> list[Spec]:
+    found = {Spec(m.group(1), m.group(2), int(m.group(3)))
+             for by_seed in group.runs.values() for r in by_seed.values() for key in r.metrics
+             if (m := _SPEC_RE.match(key))}
+    return sorted(found, key=Spec.sort_key)
 
 
-def _align(hists: list[dict[int, float]]) -> tuple[np.ndarray, np.ndarray] | None:
-    """Seeds may evaluate at different steps. We keep the steps *every* seed logged, so each
-    plotted point is a real measurement of all seeds; only when seeds share fewer than two steps
-    do we linearly interpolate each seed onto the union of steps inside their common range.
-    Returns (steps, values[seed, step]) or None when nothing overlaps."""
-    hists = [h for h in hists if h]
-    if not hists:
+def _primary(specs: list[Spec]) -> Spec | None:
+    """The first eval set (by name) at pass@1, else its smallest pass@k, else its first metric."""
+    if not specs:
         return None
-    shared = sorted(set.intersection(*(set(h) for h in hists)))
-    if len(shared) >= 2 or (len(shared) == 1 and len(hists) == 1):
-        return np.array(shared), np.array([[h[s] for s in shared] for h in hists])
-    lo, hi = max(min(h) for h in hists), min(max(h) for h in hists)
-    steps = np.array(sorted({s for h in hists for s in h if lo <= s <= hi}))
-    if steps.size == 0:
-        return None
-    vals = [np.interp(steps, sorted(h), [h[s] for s in sorted(h)]) for h in hists]
-    return steps, np.array(vals)
+    first = [s for s in specs if s.eval_set == specs[0].eval_set]
+    return min(first, key=lambda s: (s.kind != "pass", s.k != 1, s.k))
 
 
-def _moving_avg(y: np.ndarray, w: int) -> np.ndarray:
-    c = np.cumsum(np.insert(y, 0, 0.0))
-    idx = np.arange(1, y.size + 1)
-    start = np.maximum(idx - w, 0)
-    return (c[idx] - c[start]) / (idx - start)
+def _per_seed(runs: dict[str, Run], key: str) -> dict[str, float]:
+    return {s: r.metrics[key] for s, r in runs.items()
+            if key in r.metrics and not math.isnan(r.metrics[key])}
 
 
-def _plot(path: Path, curves: dict[str, tuple[np.ndarray, np.ndarray]], title: str,
-          ylabel: str, smooth: int = 1) -> None:
-    fig = Figure(figsize=(6.4, 4.0), dpi=100)
-    FigureCanvasAgg(fig)
-    ax = fig.add_subplot()
-    for alg in sorted(curves):
-        steps, vals = curves[alg]
-        mean, lo, hi = (_moving_avg(v, smooth) for v in (vals.mean(0), vals.min(0), vals.max(0)))
-        (line,) = ax.plot(steps, mean, label=f"{alg} (n={vals.shape[0]})")
-        ax.fill_between(steps, lo, hi, color=line.get_color(), alpha=0.2, linewidth=0)
-    if curves:
-        ax.legend(loc="best", fontsize="small")
-    else:
-        ax.text(0.5, 0.5, "no data logged", ha="center", va="center", transform=ax.transAxes)
-    ax.set(title=title, xlabel="training step", ylabel=ylabel)
-    ax.grid(alpha=0.3)
-    fig.tight_layout()
-    fig.savefig(path, format="png", metadata={"Software": None})
-
-
-def _curves(client: MlflowClient, runs: dict[str, dict[str, _Run]], key: str,
-            ) -> dict[str, tuple[np.ndarray, np.ndarray]]:
-    out = {}
-    for alg, by_seed in runs.items():
-        aligned = _align([_history(client, r.run_id, key) for r in by_seed.values()])
-        if aligned is not None:
-            out[alg] = aligned
-    return out
-
-
-def _specs(runs: dict[str, dict[str, _Run]]) -> list[tuple[str, int]]:
-    """(eval set, k) pairs with a final metric, eval sets by name then k ascending."""
-    found = {(m.group(1), int(m.group(2)))
-             for by_seed in runs.values() for r in by_seed.values() for key in r.metrics
-             if (m := _FINAL_RE.match(key))}
-    return sorted(found)
-
-
-def _primary(specs: list[tuple[str, int]]) -> tuple[str, int] | None:
-    """The first eval set (by name) at pass@1, or its smallest k if pass@1 was not logged."""
-    return min((s for s in specs if s[0] == specs[0][0]), key=lambda s: (s[1] != 1, s[1]),
-               default=None)
-
-
-def _per_seed(by_seed: dict[str, _Run], key: str) -> dict[str, float]:
-    return {s: r.metrics[key] for s, r in by_seed.items() if key in r.metrics}
-
-
-def _rows(group: _Group, specs: list[tuple[str, int]], default_base: str) -> list[dict]:
+def _make_rows(group: _Group) -> list[Row]:
+    labels = Counter(f"{a}@{v}" if v else a for a, v, _ in group.runs)
     rows = []
-    for alg, by_seed in group.runs.items():
-        tagged = sorted({r.baseline for r in by_seed.values() if r.baseline})
-        base = tagged[0] if tagged else default_base
-        base = base if base != alg and base in group.runs else ""
-        seeds = sorted(by_seed, key=_seed_key)
-        row: dict = {"algorithm": alg, "baseline": base, "n_seeds": len(seeds), "seeds": seeds,
-                     "temperature": "/".join(sorted({r.temperature for r in by_seed.values()})),
-                     "run_ids": [(s, by_seed[s].run_id) for s in seeds]}
-        for ev, k in specs:
-            name = f"{ev}/pass_at_{k}"
-            fin = _per_seed(by_seed, f"final/{name}")
-            start = _per_seed(by_seed, f"start/{name}")
-            row[f"{name}/final"] = mean_ci(fin.values())
-            row[f"{name}/start"] = mean_ci(start.values())[0]
-            row[f"{name}/delta_start"] = mean_ci(fin[s] - start[s] for s in fin if s in start)
-            row[f"{name}/vs_base"] = (paired_diff(fin, _per_seed(group.runs[base], f"final/{name}"))
-                                      if base else (math.nan, math.nan, 0))
-        for col in ("steps", "tokens_total", "wall_s"):
-            row[col] = mean_ci(_per_seed(by_seed, f"final/{col}").values())[0]
-        rows.append(row)
-    prim = _primary(specs)
-    pkey = f"{prim[0]}/pass_at_{prim[1]}/final" if prim else ""
+    for i, ((alg, var, temp), runs) in enumerate(sorted(group.runs.items())):
+        label = f"{alg}@{var}" if var else alg
+        key = label if labels[label] == 1 else f"{label} T={temp or '?'}"
+        rows.append(Row(key, label, alg, var, temp, runs, color=f"C{i % 10}"))
+    return rows
 
-    def order(row: dict) -> tuple[bool, float, str]:
-        m = row[pkey][0] if pkey else math.nan
-        return (math.isnan(m), -m if not math.isnan(m) else 0.0, row["algorithm"])
+
+def _pair(rows: list[Row], cfg: BoardConfig, default: str) -> None:
+    """Baseline of each row: its runs' ``rlbench.baseline`` tag, else ``cfg.pairs`` for
+    ``algorithm@variant`` then ``algorithm``, else ``default``. The name matches a row's label
+    (or, failing that, an algorithm); among several, the one at the same temperature."""
+    for row in rows:
+        tagged = sorted({r.baseline for r in row.runs.values() if r.baseline})
+        if tagged:
+            name, via = tagged[0], "tag"
+        elif row.label in cfg.pairs or row.algorithm in cfg.pairs:
+            name, via = cfg.pairs.get(row.label, cfg.pairs.get(row.algorithm, "")), "pairs"
+        else:
+            name, via = default, "default"
+        if not name or name == row.label:
+            continue
+        cands = [r for r in rows if r.label == name] or [r for r in rows if r.algorithm == name]
+        same_t = [r for r in cands if r.temperature == row.temperature]
+        chosen = same_t if len(same_t) == 1 else cands
+        if len(chosen) == 1 and chosen[0] is not row:
+            row.baseline, row.baseline_via = chosen[0].key, via
+        elif not chosen:
+            row.baseline_note = f"no {name} runs"
+        elif len(chosen) > 1:
+            row.baseline_note = f"{name} ambiguous"
+
+
+def _fill(rows: list[Row], specs: list[Spec], cfg: BoardConfig) -> None:
+    opts = (cfg.confidence, cfg.bootstrap_min_n, cfg.bootstrap_resamples, cfg.bootstrap_seed)
+    by_key = {r.key: r for r in rows}
+    for row in rows:
+        for s in specs:
+            fin = _per_seed(row.runs, f"final/{s.name}")
+            start = _per_seed(row.runs, f"start/{s.name}")
+            row.final[s.name] = interval(fin.values(), *opts)
+            row.start[s.name] = interval(start.values(), *opts)
+            row.delta[s.name] = interval([fin[k] - start[k] for k in fin if k in start], *opts)
+            if row.baseline:
+                base = _per_seed(by_key[row.baseline].runs, f"final/{s.name}")
+                row.vs[s.name] = paired_interval(fin, base, *opts)
+        for c in COSTS:
+            row.cost[c.key] = interval(_per_seed(row.runs, f"final/{c.key}").values(), *opts)
+
+
+def _rank(rows: list[Row], prim: Spec | None) -> list[Row]:
+    def order(row: Row) -> tuple[bool, float, str]:
+        m = row.final[prim.name].mean if prim else math.nan
+        return (math.isnan(m), -m if not math.isnan(m) else 0.0, row.key)
 
     return sorted(rows, key=order)
 
 
-def _num(x: float) -> str:
-    return f"{x:.3f}"  # nan -> "nan"
+# ---------------------------------------------------------------------------------- pages
+
+def _plots(client: MlflowClient, d: Path, title: str, rows: list[Row], specs: list[Spec],
+           smooth: int) -> list[tuple[str, str]]:
+    """Write the group's PNGs (only curves something was logged for); (file, alt text)."""
+    items = [(f"{_safe(s.eval_set)}-pass_at_{s.k}.png", f"eval/{s.name}", f"{s.title}",
+              f"{s.title}\n(mean over seeds; band = min–max)", 1)
+             for s in specs if s.kind == "pass"]
+    items += [(f, m, t, f"{y}\n({smooth}-pt moving avg; band = min–max)", smooth)
+              for f, m, t, y in _ROLLOUT_PLOTS]
+    written = []
+    for name, metric, what, ylabel, w in items:
+        def history(run_id: str, metric: str = metric) -> dict[int, float]:
+            hist = sorted(client.get_metric_history(run_id, metric),
+                          key=lambda m: (m.step, m.timestamp))
+            return {m.step: m.value for m in hist}  # a step logged twice: the last write wins
+
+        curves = seed_curves(((r.key, r.color, [rid for _, rid in r.run_ids]) for r in rows),
+                             history)
+        if curves:
+            plot_curves(d / name, curves, f"{title}: {what}", ylabel, smooth=w)
+            written.append((name, f"{what} vs step"))
+    for stale in sorted(d.glob("*.png")):  # curves of an earlier build that no longer exist
+        if stale.name not in {n for n, _ in written}:
+            stale.unlink()
+    return written
 
 
-def _pm(mean: float, half: float, signed: bool = False) -> str:
-    if math.isnan(mean):
-        return "—"
-    m = f"{mean:+.3f}" if signed else f"{mean:.3f}"
-    return f"{m} ± {'n/a' if math.isnan(half) else f'{half:.3f}'}"
+def _safe(name: str) -> str:
+    return re.sub(r"[^A-Za-z0-9_.-]+", "_", name).strip(".") or "_"
 
 
-def _int(x: float, fmt: str) -> str:
-    return "—" if math.isnan(x) else format(x, fmt)
+def _git_commit(out: Path) -> str:
+    """HEAD of the checkout rlbench runs from, flagged when tracked files (outside ``out``)
+    differ from it."""
+    def git(*args: str) -> str:
+        return subprocess.run(["git", *args], cwd=REPO, capture_output=True, text=True,
+                              check=True, timeout=30).stdout.strip()
+
+    try:
+        head = git("rev-parse", "HEAD")
+        exclude = []
+        with contextlib.suppress(ValueError):  # ``out`` outside the checkout: nothing to exclude
+            exclude = [f":(exclude){out.resolve().relative_to(REPO).as_posix()}"]
+        dirty = git("status", "--porcelain", "--untracked-files=no", "--", ".", *exclude)
+    except (OSError, subprocess.SubprocessError):
+        return "unknown (not a git checkout)"
+    return head + (" (with uncommitted changes)" if dirty else "")
 
 
-def _csv(rows: list[dict], specs: list[tuple[str, int]]) -> str:
-    header = ["algorithm", "baseline", "n_seeds", "seeds", "temperature"]
-    for ev, k in specs:
-        n = f"{ev}/pass_at_{k}"
-        header += [f"{n}/final_mean", f"{n}/final_ci95", f"{n}/start_mean",
-                   f"{n}/delta_start_mean", f"{n}/delta_start_ci95", f"{n}/vs_baseline_mean",
-                   f"{n}/vs_baseline_ci95", f"{n}/vs_baseline_pairs"]
-    header += ["steps_mean", "tokens_total_mean", "wall_s_mean", "run_ids"]
-    buf = io.StringIO()
-    w = csv.writer(buf, lineterminator="\n")
-    w.writerow(header)
-    for r in rows:
-        line = [r["algorithm"], r["baseline"], r["n_seeds"], ";".join(r["seeds"]), r["temperature"]]
-        for ev, k in specs:
-            n = f"{ev}/pass_at_{k}"
-            bm, bh, bn = r[f"{n}/vs_base"]
-            line += [*map(_num, (*r[f"{n}/final"], r[f"{n}/start"], *r[f"{n}/delta_start"])),
-                     _num(bm), _num(bh), bn]
-        line += [_num(r["steps"]), _num(r["tokens_total"]), _num(r["wall_s"]),
-                 ";".join(rid for _, rid in r["run_ids"])]
-        w.writerow(line)
-    return buf.getvalue()
+def _today() -> str:
+    epoch = os.environ.get("SOURCE_DATE_EPOCH")
+    now = (_dt.datetime.fromtimestamp(int(epoch), _dt.timezone.utc) if epoch
+           else _dt.datetime.now(_dt.timezone.utc))
+    return now.strftime("%Y-%m-%d")
 
 
-def _markdown(title: str, head: list[str], group: _Group, rows: list[dict],
-              specs: list[tuple[str, int]]) -> str:
-    n_used, n_sup = sum(len(s) for s in group.runs.values()), len(group.superseded)
-    excl = sum(group.excluded.values())
-    prim = _primary(specs)
-    lines = [f"# {title}", "", *head, f"- Generated from {n_used + n_sup} finished runs"
-             + (f" ({n_sup} superseded)" if n_sup else "")
-             + ("; runs in other statuses excluded[^excluded]." if excl else "."),
-             f"- Primary metric: `{prim[0]}` pass@{prim[1]} (final)." if prim else
-             "- No `final/<set>/pass_at_<k>` metrics were logged.", "", _COLUMNS_NOTE, ""]
-    cols = ["#", "algorithm"]
-    for ev, k in specs:
-        cols += [f"{ev} pass@{k}", "start", "Δ start", "Δ vs base"]
-    cols += ["base", "seeds", "steps", "tokens", "wall s"]
-    lines += ["| " + " | ".join(cols) + " |", "|" + "|".join("---" for _ in cols) + "|"]
-    for i, r in enumerate(rows, 1):
-        cells = [str(i), f"**{r['algorithm']}**"]
-        for ev, k in specs:
-            n = f"{ev}/pass_at_{k}"
-            bm, bh, bn = r[f"{n}/vs_base"]
-            vs = "—" if bn == 0 else _pm(bm, bh, signed=True)
-            if bn and bn != r["n_seeds"]:
-                vs += f" ({bn} pairs)"
-            start = r[f"{n}/start"]
-            cells += [_pm(*r[f"{n}/final"]), "—" if math.isnan(start) else f"{start:.3f}",
-                      _pm(*r[f"{n}/delta_start"], signed=True), vs]
-        cells += [r["baseline"] or "—", str(r["n_seeds"]), _int(r["steps"], ".1f"),
-                  _int(r["tokens_total"], ",.0f"), _int(r["wall_s"], ".1f")]
-        lines.append("| " + " | ".join(cells) + " |")
-    ev = prim[0] if prim else "?"
-    lines += ["", f"![{ev} pass@1 vs step](pass_at_1.png)", "",
-              "![rollout entropy vs step](entropy.png)", "",
-              "<details><summary>MLflow runs behind each row</summary>", ""]
-    for r in rows:
-        ids = ", ".join(f"seed {s}: `{rid}`" for s, rid in r["run_ids"])
-        lines.append(f"- **{r['algorithm']}** (temperature {r['temperature'] or '?'}): {ids}")
-    if group.superseded:
-        lines += ["", "Superseded (an older FINISHED run of the same algorithm and seed; not "
-                  "counted):", ""]
-        lines += [f"- {r.algorithm} seed {r.seed}: `{r.run_id}`"
-                  for r in sorted(group.superseded, key=lambda r: (r.algorithm, r.run_id))]
-    lines += ["", "</details>"]
-    if excl:
-        statuses = ", ".join(f"{s}: {c}" for s, c in sorted(group.excluded.items()))
-        lines += ["", f"[^excluded]: {excl} non-FINISHED runs excluded ({statuses})."]
-    return "\n".join(lines) + "\n"
-
+# ---------------------------------------------------------------------------------- build
 
 def build_leaderboards(
     tracking_uri: str,
     experiment: str = "rlbench",
     out_dir: str | Path = "leaderboards",
-    baseline: str = "grpo",
+    baseline: str | None = None,
+    config: str | Path | None = None,
+    log_to_mlflow: bool = True,
 ) -> list[Path]:
     """Query ``experiment`` at ``tracking_uri`` and write leaderboards under ``out_dir``.
 
-    ``baseline`` is the algorithm paired differences are taken against, unless a run carries
-    an ``rlbench.baseline`` tag naming its own. Returns the written files, sorted. Raises
-    ``ValueError`` for an unknown experiment or one without FINISHED runs.
+    ``config`` is the board config (pairings, interval settings; default
+    ``conf/board/default.yaml``); ``baseline``, when given, replaces its default baseline.
+    ``log_to_mlflow`` also logs each leaderboard as a run of the experiment, replacing the
+    previous one. Returns the written files, sorted. Raises ``ValueError`` for an unknown
+    experiment, one without FINISHED runs, or a bad config.
     """
+    cfg = load_config(config)
+    default = baseline if baseline is not None else cfg.baseline
     out = Path(out_dir)
     shown_uri = display_tracking_uri(tracking_uri, out.resolve().parent)
     client = MlflowClient(tracking_uri)
@@ -359,44 +395,75 @@ def build_leaderboards(
         names = sorted(e.name for e in client.search_experiments(ViewType.ACTIVE_ONLY))
         raise ValueError(f"unknown MLflow experiment {experiment!r} at {shown_uri}; existing "
                          f"experiments: {', '.join(map(repr, names)) or '(none)'}")
-    groups, n_other = _collect(client, exp.experiment_id)
+    groups, n_other = _collect(client, exp.experiment_id, cfg)
     if not groups:
         raise ValueError(f"experiment {experiment!r} at {shown_uri} has no FINISHED runs "
                          f"({n_other} run(s) in other statuses)")
-    command = (f"rlbench board --tracking-uri {shown_uri} --experiment {experiment} "
-               f"--out {out.resolve().name} --baseline {baseline}")
+    args = ["--tracking-uri", shown_uri, "--experiment", experiment, "--out", out.resolve().name]
+    args += ["--baseline", baseline] if baseline is not None else []
+    args += ["--config", cfg.source] if config is not None else []
+    args += [] if log_to_mlflow else ["--no-mlflow"]
+    command = "rlbench board " + " ".join(map(shlex.quote, args))
     head = ["> Generated by `rlbench board` from MLflow queries — do not edit by hand.", "",
             f"- Experiment: `{experiment}`", f"- Tracking URI: `{shown_uri}`",
             f"- Command: `{command}`"]
+    commit, date = _git_commit(out), _today()
+    notes = notes_text(cfg.confidence, cfg.bootstrap_min_n, cfg.bootstrap_resamples,
+                       cfg.bootstrap_seed, cfg.source, default)
     written: list[Path] = []
     index: list[str] = []
     for (task, variant, model), group in sorted(groups.items()):
         d = out / _safe(f"{task}-{variant}") / _safe(model)
         d.mkdir(parents=True, exist_ok=True)
-        specs = _specs(group.runs)
-        rows = _rows(group, specs, baseline)
-        title = f"{task}-{variant} / {model}"
-        (d / "leaderboard.md").write_text(_markdown(title, head, group, rows, specs))
-        (d / "leaderboard.csv").write_text(_csv(rows, specs))
+        specs = _specs(group)
         prim = _primary(specs)
-        ev = prim[0] if prim else "?"
-        _plot(d / "pass_at_1.png", _curves(client, group.runs, f"eval/{ev}/pass_at_1"),
-              f"{title}: {ev} pass@1", f"{ev} pass@1\n(mean over seeds; band = min–max)")
-        _plot(d / "entropy.png", _curves(client, group.runs, "rollout/entropy"),
-              f"{title}: rollout entropy",
-              f"mean token entropy\n({_SMOOTH}-pt moving avg; band = min–max)", smooth=_SMOOTH)
-        written += [d / n for n in ("leaderboard.md", "leaderboard.csv", "pass_at_1.png",
-                                    "entropy.png")]
+        rows = _make_rows(group)
+        _pair(rows, cfg, default)
+        _fill(rows, specs, cfg)
+        rows = _rank(rows, prim)
+        title = f"{task}-{variant} / {model}"
+        n_sup, excl = len(group.superseded), sum(group.excluded.values())
+        page_head = [*head, f"- Pairing config: `{cfg.source}`; default baseline `{default}`.",
+                     f"- Generated from {group.n_used + n_sup} finished runs"
+                     + (f" ({n_sup} superseded)" if n_sup else "")
+                     + ("; runs in other statuses excluded[^excluded]." if excl else "."),
+                     f"- Primary metric: {prim.title} (final)." if prim else
+                     "- No `final/<set>/pass_at_<k>` metrics were logged."]
+        plots = _plots(client, d, title, rows, specs, cfg.smooth)
+        md = render_markdown(title, page_head, rows, specs, plots, notes,
+                             footer(rows, group.superseded, group.excluded))
+        records = table(rows, specs, cfg.confidence)
+        (d / "leaderboard.md").write_text(md)
+        (d / "leaderboard.csv").write_text(render_csv(records))
+        files = [d / "leaderboard.md", d / "leaderboard.csv", *(d / n for n, _ in plots)]
+        written += files
         best = rows[0]
-        summary = (f"best **{best['algorithm']}**, {ev} pass@{prim[1]} "
-                   f"{_pm(*best[f'{ev}/pass_at_{prim[1]}/final'])} over {best['n_seeds']} seeds"
+        summary = (f"best **{best.key}**, {prim.title} {cell(best.final[prim.name])}"
                    if prim else "no final pass@k metrics")
         link = d.relative_to(out).as_posix() + "/leaderboard.md"
-        index.append(f"- [{title}]({link}) — {summary} ({len(rows)} algorithms)")
-    n_fin = sum(sum(len(s) for s in g.runs.values()) + len(g.superseded) for g in groups.values())
-    readme = ["# rlbench leaderboards", "", *head,
+        index += [f"- [{title}]({link}) — {summary}; {len(rows)} rows, "
+                  f"{group.n_used} runs",
+                  f"  - made by `{command}` at commit `{commit}` on {date}"]
+        if log_to_mlflow:
+            note = "\n".join([f"# Leaderboard {title}", "", *page_head[2:], "",
+                              *quality_table(rows, specs), "",
+                              "Artifacts: leaderboard.md, leaderboard.csv, "
+                              "leaderboard_table.json, runs.json, PNG curves."])
+            log_leaderboard(
+                client, exp.experiment_id, name=f"leaderboard {task}-{variant}/{model}",
+                group_tags={"rlbench.task": task, "rlbench.task_variant": variant,
+                            "rlbench.model": model},
+                files=files, records=records, row_runs={r.key: r.run_ids for r in rows},
+                info={"experiment": experiment, "command": command, "commit": commit,
+                      "baseline": default, "config": cfg.source,
+                      "primary": prim.name if prim else ""},
+                note=note)
+    n_fin = sum(g.n_used + len(g.superseded) for g in groups.values())
+    readme = ["# rlbench leaderboards", "", *head, f"- Code: commit `{commit}`",
+              f"- Date: {date} (UTC)",
               f"- Generated from {n_fin} finished runs ({n_other} run(s) in other statuses "
               "excluded).", "", *index]
     (out / "README.md").write_text("\n".join(readme) + "\n")
     written.append(out / "README.md")
     return sorted(written)
+

@@ -3,10 +3,16 @@
 Three algorithms x three seeds of FINISHED runs (drgrpo on seeds 1-3, tagged as a paired variant
 of dapo, so its paired difference covers only seeds 1 and 2), plus a KILLED run and an older,
 superseded duplicate that must not count. Expected numbers are recomputed here with numpy/scipy.
+Pairing configs, variants, temperatures and the bootstrap are in test_board_pairing.py; the
+leaderboard run read back through a real MLflow server in test_board_mlflow.py.
 """
 
 import csv
+import json
 import math
+import re
+import subprocess
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -14,7 +20,9 @@ from mlflow.entities import Metric
 from mlflow.tracking import MlflowClient
 from scipy import stats
 
-from harness.board import _align, build_leaderboards, display_tracking_uri
+from harness.board import build_leaderboards, display_tracking_uri
+from harness.board_mlflow import KIND_TAG, LEADERBOARD
+from harness.plots import align as _align
 
 EVAL_STEPS = [0, 10, 20, 30]
 SEEDS = {"grpo": [0, 1, 2], "dapo": [0, 1, 2], "drgrpo": [1, 2, 3]}
@@ -37,11 +45,16 @@ def _log_run(client, exp_id, alg, seed, *, level, start_time, status="FINISHED",
         metrics += [Metric(f"eval/{name}/pass_at_{k}", v, 0, s) for s, v in curve.items()]
         summary[f"final/{name}/pass_at_{k}"] = (curve[steps[-2]] + curve[steps[-1]]) / 2
         summary[f"start/{name}/pass_at_{k}"] = curve[0]
+    summary["final/heldout/mean_at_8"] = summary["final/heldout/pass_at_1"] + 0.01
     for s in range(31):
         metrics += [Metric("rollout/entropy", 1.5 - s / 40 + rng.normal(0, 0.05), 0, s),
+                    Metric("rollout/reward_mean", level * s / 30 + rng.normal(0, 0.05), 0, s),
+                    Metric("rollout/response_len_mean", 20 + s / 3 + rng.normal(0, 1), 0, s),
                     Metric("rollout/tokens_total", 1000.0 * (s + 1), 0, s)]
     summary.update({"final/steps": 30.0, "final/tokens_total": 31000.0 + seed,
-                    "final/wall_s": 60.0 + 5 * seed})
+                    "final/wall_s": 60.0 + 5 * seed, "final/peak_mem_mb": 900.0 + 10 * seed})
+    if alg == "dapo":  # tokens_trained logged by some runs only: the column appears
+        summary["final/tokens_trained"] = 20000.0 + 100 * seed
     metrics += [Metric(k, v, 0, 30) for k, v in summary.items()]
     client.log_batch(run_id, metrics=metrics)
     client.set_terminated(run_id, status, end_time=start_time + 1)
@@ -82,13 +95,28 @@ def _rows(store):
         return {r["algorithm"]: r for r in csv.DictReader(f)}
 
 
+def _md_table(store, section, sub="countdown-tiny/tiny"):
+    """The markdown table under ``## <section>`` as {row: {column: cell}}."""
+    md = (store["out"] / sub / "leaderboard.md").read_text()
+    body = md.split(f"## {section}\n", 1)[1].split("\n## ", 1)[0]
+    lines = [line for line in body.splitlines() if line.startswith("|")]
+    header = [c.strip() for c in lines[0].strip("|").split("|")]
+    rows = [dict(zip(header, (c.strip() for c in line.strip("|").split("|"))))
+            for line in lines[2:]]
+    return {r["row"]: r for r in rows}
+
+
 def test_written_files(store):
     d = store["out"] / "countdown-tiny" / "tiny"
-    names = ["entropy.png", "leaderboard.csv", "leaderboard.md", "pass_at_1.png"]
+    pngs = ["entropy.png", "heldout-pass_at_1.png", "heldout-pass_at_8.png", "response_len.png",
+            "reward.png", "train-pass_at_1.png"]
+    names = ["leaderboard.csv", "leaderboard.md", *pngs]
     assert store["files"] == sorted([store["out"] / "README.md", *(d / n for n in names)])
-    for png in ("pass_at_1.png", "entropy.png"):
+    md = (d / "leaderboard.md").read_text()
+    for png in pngs:
         data = (d / png).read_bytes()
         assert data[:8] == PNG_MAGIC and len(data) > 1000
+        assert f"]({png})" in md  # every curve is shown on the page
 
 
 def test_csv_means_cis_and_order(store):
@@ -107,9 +135,22 @@ def test_csv_means_cis_and_order(store):
             d_mean, d_half = _ci(np.subtract(fin, start))
             assert float(row[f"{m}/delta_start_mean"]) == pytest.approx(d_mean, abs=6e-4)
             assert float(row[f"{m}/delta_start_ci95"]) == pytest.approx(d_half, abs=6e-4)
+        mean8 = [s["final/heldout/mean_at_8"] for s in summ]
+        assert float(row["heldout/mean_at_8/final_mean"]) == pytest.approx(np.mean(mean8),
+                                                                             abs=6e-6)
+        assert int(row["heldout/mean_at_8/final_n"]) == 3
         assert float(row["tokens_total_mean"]) == pytest.approx(31000 + np.mean(seeds), abs=6e-4)
         assert float(row["wall_s_mean"]) == pytest.approx(60 + 5 * np.mean(seeds), abs=6e-4)
+        assert float(row["wall_s_ci95"]) == pytest.approx(_ci([60 + 5 * s for s in seeds])[1],
+                                                          abs=6e-6)
+        assert float(row["peak_mem_mb_mean"]) == pytest.approx(900 + 10 * np.mean(seeds))
         assert float(row["steps_mean"]) == 30.0
+        trained = [20000.0 + 100 * s for s in seeds] if alg == "dapo" else []
+        assert int(row["tokens_trained_n"]) == len(trained)
+        if trained:
+            assert float(row["tokens_trained_mean"]) == pytest.approx(np.mean(trained))
+        else:
+            assert row["tokens_trained_mean"] == "nan"
 
 
 def test_killed_and_superseded_runs_not_counted(store):
@@ -139,9 +180,11 @@ def test_paired_differences_on_shared_seeds(store, alg, base, shared):
 def test_baseline_row_has_no_paired_difference(store):
     row = _rows(store)["grpo"]
     assert row["baseline"] == "" and row["heldout/pass_at_1/vs_baseline_pairs"] == "0"
-    md = (store["out"] / "countdown-tiny" / "tiny" / "leaderboard.md").read_text()
-    grpo_line = next(line for line in md.splitlines() if line.startswith("| 3 | **grpo**"))
-    assert "—" in grpo_line
+    assert row["heldout/pass_at_1/vs_baseline_excludes_zero"] == "0"
+    paired = _md_table(store, "Paired difference vs baseline")
+    assert paired["grpo"]["baseline"] == "—"
+    assert paired["grpo"]["Δ heldout pass@1"] == "—"
+    assert paired["dapo"]["baseline"] == "grpo" and paired["drgrpo"]["baseline"] == "dapo"
 
 
 def test_markdown_header_and_traceability(store):
@@ -152,17 +195,50 @@ def test_markdown_header_and_traceability(store):
     assert str(store["root"]) not in md
     assert "rlbench board --tracking-uri sqlite:///mlruns.db --experiment rlbench" in md
     assert "unbiased Codex estimator" in md and "Student-t 95%" in md
+    assert "Pairing config: `conf/board/default.yaml`; default baseline `grpo`" in md
     assert "Generated from 10 finished runs (1 superseded)" in md
+    assert "Primary metric: heldout pass@1 (final)" in md
     for run_id, _ in store["runs"].values():
         assert run_id in md
     readme = (store["out"] / "README.md").read_text()
     assert "(countdown-tiny/tiny/leaderboard.md)" in readme and "best **drgrpo**" in readme
+    # the index names the command, the git commit and the date of every leaderboard
+    entry = readme.split("(countdown-tiny/tiny/leaderboard.md)")[1]
+    assert "made by `rlbench board --tracking-uri sqlite:///mlruns.db --experiment rlbench" in entry
+    assert re.search(r"at commit `([0-9a-f]{40}|unknown)[^`]*` on \d{4}-\d{2}-\d{2}", entry)
+    head = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True,
+                          cwd=Path(__file__).parent).stdout.strip()
+    if head:
+        assert f"commit `{head}" in readme
+
+
+def _undated(data: bytes) -> bytes:
+    return re.sub(rb"\d{4}-\d{2}-\d{2}", b"<date>", data)
 
 
 def test_regeneration_is_byte_identical(store):
+    """Everything but the README's date is deterministic, the leaderboard runs logged to MLflow
+    are not mistaken for training runs, and each rebuild replaces the group's leaderboard run."""
+    client = MlflowClient(store["uri"])
+    exp_id = client.get_experiment_by_name("rlbench").experiment_id
     before = {p: p.read_bytes() for p in store["files"]}
-    assert build_leaderboards(store["uri"], "rlbench", store["out"]) == store["files"]
-    assert {p: p.read_bytes() for p in store["files"]} == before
+    (old,) = client.search_runs([exp_id], f"tags.`{KIND_TAG}` = '{LEADERBOARD}'")
+    assert build_leaderboards(store["uri"], "rlbench", store["out"], baseline="grpo") == \
+        store["files"]
+    after = {p: p.read_bytes() for p in store["files"]}
+    readme = store["out"] / "README.md"
+    assert _undated(after.pop(readme)) == _undated(before.pop(readme))
+    assert after == before
+    (new,) = client.search_runs([exp_id], f"tags.`{KIND_TAG}` = '{LEADERBOARD}'")
+    assert new.info.run_id != old.info.run_id
+    assert client.get_run(old.info.run_id).info.lifecycle_stage == "deleted"
+
+
+def test_source_date_epoch_fixes_the_date(store, monkeypatch):
+    monkeypatch.setenv("SOURCE_DATE_EPOCH", "86400")  # 1970-01-02
+    out = store["root"] / "dated"
+    build_leaderboards(store["uri"], "rlbench", out, log_to_mlflow=False)
+    assert "on 1970-01-02" in (out / "README.md").read_text()
 
 
 def test_unknown_experiment_lists_existing(store):
@@ -191,3 +267,82 @@ def test_align_shared_steps_then_interpolation():
     assert steps.tolist() == [0, 10, 20] and vals.tolist() == [[0, 1, 2], [0.5, 1.5, 2.5]]
     steps, vals = _align([{0: 0.0, 10: 1.0}, {5: 1.0, 15: 2.0}])  # no two shared steps
     assert steps.tolist() == [5, 10] and vals.tolist() == [[0.5, 1.0], [1.0, 1.5]]
+
+
+def test_cells_mean_ci_n_and_bold_best(store):
+    """Each quality cell is "mean ± half (n)" from the CSV's numbers; exactly the best mean of
+    each column is bold; cost columns bold their lowest mean."""
+    rows, quality = _rows(store), _md_table(store, "Quality (final)")
+    assert [r["#"] for r in quality.values()] == ["1", "2", "3"]
+    for m, title in (("heldout/pass_at_1", "heldout pass@1"),
+                     ("heldout/pass_at_8", "heldout pass@8"),
+                     ("heldout/mean_at_8", "heldout mean@8"), ("train/pass_at_1", "train pass@1")):
+        best = max(rows, key=lambda a: float(rows[a][f"{m}/final_mean"]))
+        for alg, row in rows.items():
+            text = (f"{float(row[f'{m}/final_mean']):.3f} ± {float(row[f'{m}/final_ci95']):.3f} "
+                    f"({row[f'{m}/final_n']})")
+            assert quality[alg][title] == (f"**{text}**" if alg == best else text)
+    assert "heldout pass@8" in quality["grpo"] and "train pass@1" in quality["grpo"]
+    cost = _md_table(store, "Cost")
+    assert cost["dapo"]["tokens trained"].startswith("**20,100 ± ")
+    assert cost["grpo"]["tokens trained"] == "—"
+    lowest = min(float(r["wall_s_mean"]) for r in rows.values())  # grpo and dapo tie: both bold
+    assert [a for a in cost if cost[a]["wall s"].startswith("**")] == \
+        [a for a in rows if float(rows[a]["wall_s_mean"]) == lowest] == ["dapo", "grpo"]
+    assert not any(c["steps"].startswith("**") for c in cost.values())  # steps: not a cost
+    assert "peak mem MiB" in cost["grpo"] and "peak GPU mem MiB" not in cost["grpo"]
+
+
+def test_marker_exactly_when_paired_ci_excludes_zero(store):
+    rows, paired = _rows(store), _md_table(store, "Paired difference vs baseline")
+    marked = 0
+    for alg in ("dapo", "drgrpo"):
+        for m, title in (("heldout/pass_at_1", "Δ heldout pass@1"),
+                         ("heldout/pass_at_8", "Δ heldout pass@8")):
+            lo, hi, mean, half = (float(rows[alg][f"{m}/vs_baseline_{c}"])
+                                  for c in ("low", "high", "mean", "ci95"))
+            assert (lo, hi) == pytest.approx((mean - half, mean + half), abs=2e-6)
+            excludes = lo > 0 or hi < 0
+            assert paired[alg][title].endswith("†") == excludes
+            assert rows[alg][f"{m}/vs_baseline_excludes_zero"] == str(int(excludes))
+            marked += excludes
+    assert 0 < marked < 4  # the synthetic data has both kinds
+
+
+def test_change_since_start_table(store):
+    rows, start = _rows(store), _md_table(store, "Change since step 0")
+    row = rows["dapo"]
+    m = "heldout/pass_at_1"
+    assert start["dapo"]["heldout pass@1"] == (
+        f"{float(row[f'{m}/start_mean']):.3f} → {float(row[f'{m}/delta_start_mean']):+.3f} ± "
+        f"{float(row[f'{m}/delta_start_ci95']):.3f} (3)")
+
+
+def test_leaderboard_logged_to_mlflow(store, tmp_path):
+    """One leaderboard run per group, ignored as a training run, holding the table, pages and
+    curves, with the run ids behind each row."""
+    client = MlflowClient(store["uri"])
+    exp_id = client.get_experiment_by_name("rlbench").experiment_id
+    (run,) = client.search_runs([exp_id], f"tags.`{KIND_TAG}` = '{LEADERBOARD}'")
+    tags = run.data.tags
+    assert (tags["rlbench.task"], tags["rlbench.task_variant"], tags["rlbench.model"]) == \
+        ("countdown", "tiny", "tiny")
+    assert run.info.status == "FINISHED"
+    for alg, seeds in SEEDS.items():
+        expected = ",".join(f"{s}:{store['runs'][alg, s][0]}" for s in seeds)
+        assert tags[f"rlbench.leaderboard.runs.{alg}"] == expected
+    arts = {a.path for a in client.list_artifacts(run.info.run_id)}
+    assert {"leaderboard.md", "leaderboard.csv", "leaderboard_table.json", "runs.json",
+            "heldout-pass_at_1.png", "entropy.png", "reward.png", "response_len.png"} <= arts
+    # an MLflow table (client.load_table reads the global tracking URI, so read the file)
+    assert {"path": "leaderboard_table.json", "type": "table"} in \
+        json.loads(tags["mlflow.loggedArtifacts"])
+    path = client.download_artifacts(run.info.run_id, "leaderboard_table.json", str(tmp_path))
+    split = json.loads(Path(path).read_text())  # pandas "split" orientation
+    df = [dict(zip(split["columns"], values)) for values in split["data"]]
+    assert [r["row"] for r in df] == ["drgrpo", "dapo", "grpo"]
+    rows = _rows(store)
+    assert [r["heldout/pass_at_1/final_mean"] for r in df] == pytest.approx(
+        [float(rows[a]["heldout/pass_at_1/final_mean"]) for a in ("drgrpo", "dapo", "grpo")])
+    assert [r["heldout/pass_at_1/vs_baseline_pairs"] for r in df] == [2, 3, 0]
+    assert run.data.params["baseline"] == "grpo"
