@@ -7,7 +7,8 @@
     rlbench sweep algorithm=grpo,dr_grpo seed=0,1,2 [hydra/launcher=joblib ...]   (multirun)
     rlbench sweep sweep=countdown_baselines        a named sweep from conf/sweep/
     rlbench eval checkpoint=<dir> | run_id=<mlflow run id> [key=value ...]
-    rlbench board [--experiment NAME] [--out DIR] [--tracking-uri URI]
+    rlbench board [--experiment NAME] [--out DIR] [--tracking-uri URI] [--baseline ALG]
+                  [--config conf/board/default.yaml] [--no-mlflow]
     rlbench ui [--port 5000]                       MLflow UI on 127.0.0.1
 
 ``train`` and ``sweep`` are Hydra apps: every ``key=value`` is a Hydra override, and sweeps use
@@ -216,7 +217,8 @@ def cmd_board(args: argparse.Namespace) -> None:
     from harness.tracking import resolve_tracking_uri
 
     written = build_leaderboards(resolve_tracking_uri(args.uri), args.experiment, args.out,
-                                 baseline=args.baseline)
+                                 baseline=args.baseline, config=args.config,
+                                 log_to_mlflow=args.mlflow)
     for path in written:
         print(path)
 
@@ -252,7 +254,12 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--out", default="leaderboards")
     p.add_argument("--tracking-uri", "--uri", dest="uri", default=None,
                    help="tracking URI (default: as for runs)")
-    p.add_argument("--baseline", default="grpo")
+    p.add_argument("--baseline", default=None,
+                   help="default baseline for paired differences (default: the board config's)")
+    p.add_argument("--config", default=None,
+                   help="board config: baseline and pairings (default conf/board/default.yaml)")
+    p.add_argument("--no-mlflow", dest="mlflow", action="store_false",
+                   help="do not log the leaderboards as MLflow runs")
     p = sub.add_parser("ui", help="MLflow UI on 127.0.0.1")
     p.add_argument("--port", type=int, default=5000)
     p.add_argument("--uri", default=None)
