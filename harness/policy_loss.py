@@ -101,6 +101,9 @@ class PPOClipLoss:
             "actor/pg_loss": float(value.detach().item()),
             "actor/pg_clipfrac": agg.mean(clipped.float(), mask),
             "actor/pg_clipfrac_lower": agg.mean(dual.float(), mask),
+            # the clip per side: the upper bound binds only for A>0, the lower only for A<0
+            "actor/clip_high_frac": agg.mean((clipped & (ratio > 1)).float(), mask),
+            "actor/clip_low_frac": agg.mean((clipped & (ratio < 1)).float(), mask),
             "actor/ppo_kl": agg.mean(-log_ratio.detach(), mask),
         }
         return value, metrics
