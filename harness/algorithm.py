@@ -20,6 +20,7 @@ method changes the data flow itself.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -176,6 +177,16 @@ class Algorithm:
 
     def aggregator(self, minibatch: RolloutBatch) -> Aggregator:
         return Aggregator.for_batch(self.config.agg, minibatch, self.L_max)
+
+    def prepare_minibatch(
+        self, mb: RolloutBatch, logprob_fn: Callable[[RolloutBatch], torch.Tensor]
+    ) -> dict[str, float]:
+        """Called by the trainer once per mini-batch, before :meth:`gradient_rows` and the
+        micro-batches; ``logprob_fn(mb)`` gives the current model's no-grad log-probs [B, T].
+        A loss that couples samples (a listwise loss over a group) computes per-sample
+        quantities here on the whole mini-batch and stores them in ``mb``. Returns mini-batch
+        metrics (averaged over optimizer steps like the micro-batch ones). Default: nothing."""
+        return {}
 
     def gradient_rows(self, batch: RolloutBatch) -> torch.Tensor:
         """Bool [B]: samples whose loss can have a non-zero gradient. A sample with zero

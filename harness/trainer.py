@@ -273,6 +273,9 @@ class Trainer:
         for _ in range(cfg.epochs):
             order = torch.randperm(len(batch)) if cfg.shuffle else torch.arange(len(batch))
             for mb in batch.select(order).split(cfg.mini_batch_size):
+                for k, v in self.algorithm.prepare_minibatch(mb, lambda b: self.engine.logprobs(
+                        b, self.cfg.rollout.temperature, cfg.micro_batch_size)).items():
+                    sums[k] += v  # mini-batch metrics (whole-group quantities)
                 agg = self.algorithm.aggregator(mb)
                 rows = self.algorithm.gradient_rows(mb) if cfg.skip_zero_gradient else None
                 if rows is not None:
