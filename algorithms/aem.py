@@ -16,7 +16,8 @@ of an update (α > 0).
 Config (``advantage: {name: aem, base: {name: grpo, ...}, lam: 1.0, eps: 1e-8}``): ``base`` is any
 registered advantage estimator node, built through the ADVANTAGES registry with its own knobs.
 
-Logged (through :class:`algorithms.agpo.LogsAdvantageMetrics`): ``aem/alpha_min``,
+Logged every step (the estimator's ``last_metrics``, returned by
+``Algorithm.compute_advantages``): ``aem/alpha_min``,
 ``aem/alpha_max``, ``aem/alpha_mean`` over the batch.
 
 Known discrepancies / choices:
@@ -41,7 +42,6 @@ from typing import Any
 
 import torch
 
-from algorithms.agpo import LogsAdvantageMetrics
 from harness.algorithm import Algorithm
 from harness.batch import RolloutBatch
 from harness.components import ConfigError, build
@@ -112,17 +112,17 @@ class AEMAdvantage:
         base = self.base(batch)
         alpha = self.weights(batch).to(base.device)
         adv = alpha * base if base.dim() == 1 else alpha[:, None] * base
-        self.last_metrics = {}
+        self.last_metrics = dict(getattr(self.base, "last_metrics", None) or {})
         if alpha.numel():
-            self.last_metrics = {
+            self.last_metrics.update({
                 "aem/alpha_min": float(alpha.min()),
                 "aem/alpha_max": float(alpha.max()),
                 "aem/alpha_mean": float(alpha.mean()),
-            }
+            })
         return adv
 
 
 @register_algorithm("grpo_aem")
-class GRPOAEM(LogsAdvantageMetrics, Algorithm):
+class GRPOAEM(Algorithm):
     r"""GRPO + AEM: Â_i = α_i (r_i - mean(r)) / (std(r) + ε), α_i = exp(-λ H̃_i) self-normalised
     in the group, H̃ the min–max-normalised mean token entropy; GRPO's loss settings."""

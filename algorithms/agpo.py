@@ -17,7 +17,8 @@ all-correct group gets Â ≡ 0 (μ = 1, σ = 0; δ avoids 0/0), an all-wrong gr
 correct sample's Â ≤ 1/δ. The sequence-level advantage is broadcast to the tokens and plugged into
 the PPO clipped surrogate with the harness GRPO settings (token-mean, clip 0.2, no KL).
 
-Logged (through :class:`LogsAdvantageMetrics`): ``agpo/all_correct_group_frac``,
+Logged every step (the estimator's ``last_metrics``, returned by
+``Algorithm.compute_advantages``): ``agpo/all_correct_group_frac``,
 ``agpo/all_wrong_group_frac``, ``agpo/adv_pos_mean``, ``agpo/adv_neg_mean``.
 
 Known discrepancies / choices:
@@ -36,39 +37,13 @@ from dataclasses import dataclass
 
 import torch
 
-from harness.algorithm import Aggregator, Algorithm
+from harness.algorithm import Algorithm
 from harness.batch import RolloutBatch
 from harness.components import ConfigError
 from harness.groups import STD_KINDS, group_max, group_mean, group_min, group_std, num_groups
 from harness.registry import register_advantage, register_algorithm
 
 FORMS = ("A", "B")
-
-
-class LogsAdvantageMetrics:
-    """Mixin for an :class:`Algorithm` whose advantage estimator sets ``last_metrics``.
-
-    The trainer logs only what the rollout, the update and :func:`rollout_metrics` return;
-    ``compute_advantages`` returns nothing. The estimator's batch-level metrics are therefore
-    emitted from :meth:`loss` as token shares: each micro-batch contributes
-    ``value · tokens(micro) / tokens(mini-batch trained)``, which the trainer sums over a
-    mini-batch (= value) and averages over optimizer steps (= value). A mini-batch whose rows are
-    all skipped (zero advantage everywhere) contributes nothing, so the logged value is then
-    under-reported by that mini-batch's share of optimizer steps.
-    """
-
-    advantage: object
-
-    def loss(self, mb: RolloutBatch, logp: torch.Tensor, entropy: torch.Tensor | None,
-             agg: Aggregator) -> tuple[torch.Tensor, dict[str, float]]:
-        loss, metrics = super().loss(mb, logp, entropy, agg)  # type: ignore[misc]
-        extra = getattr(self.advantage, "last_metrics", None) or {}
-        if extra:
-            mask = mb["response_mask"]
-            share = agg.mean(torch.ones_like(mask), mask)
-            for key, value in extra.items():
-                metrics[key] = metrics.get(key, 0.0) + value * share
-        return loss, metrics
 
 
 def advantage_sign_metrics(adv: torch.Tensor, prefix: str) -> dict[str, float]:
@@ -138,6 +113,6 @@ class AGPOAdvantage:
 
 
 @register_algorithm("agpo")
-class AGPO(LogsAdvantageMetrics, Algorithm):
+class AGPO(Algorithm):
     r"""AGPO: wrong samples get ℛ = -1, correct ones (1-μ)/sqrt(σ²+δ²) (Form A; Form B adds the
     GRPO-with-δ term to every sample), PPO clipped surrogate with the GRPO settings."""

@@ -303,10 +303,11 @@ class LPO(Algorithm):
             raise ConfigError("algorithm.agg=seq-mean-token-mean is not valid for LPO; use "
                               "seq-mean-token-sum (or loss.score=mean for length-normalised s)")
 
-    def compute_advantages(self, batch: RolloutBatch) -> None:
-        super().compute_advantages(batch)
+    def compute_advantages(self, batch: RolloutBatch) -> dict[str, float]:
+        metrics = super().compute_advantages(batch)
         gi = batch["group_index"]
         batch["lpo_group_size"] = group_count(gi, num_groups(gi))[gi]
+        return metrics
 
     def prepare_minibatch(
         self, mb: RolloutBatch, logprob_fn: Callable[[RolloutBatch], torch.Tensor]

@@ -171,9 +171,14 @@ class Algorithm:
                 batch.generated_lengths(), self.max_new_tokens, buffer, ov.penalty
             )
 
-    def compute_advantages(self, batch: RolloutBatch) -> None:
+    def compute_advantages(self, batch: RolloutBatch) -> dict[str, float]:
+        """Write ``batch['advantages']``; return the estimator's metrics for the step log. An
+        estimator reports batch-level metrics by setting ``last_metrics`` (a dict) in its call;
+        they are returned here so they are logged on every step, even when every sample of a
+        mini-batch is later skipped as zero-gradient."""
         batch.require("rewards", "group_index", "response_mask", stage="advantage")
         batch["advantages"] = self.advantage(batch)
+        return dict(getattr(self.advantage, "last_metrics", None) or {})
 
     def aggregator(self, minibatch: RolloutBatch) -> Aggregator:
         return Aggregator.for_batch(self.config.agg, minibatch, self.L_max)

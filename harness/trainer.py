@@ -254,7 +254,7 @@ class Trainer:
                                                      reference=True)
                 timings["time/ref"] = time.perf_counter() - t0
             t0 = time.perf_counter()
-            self.algorithm.compute_advantages(batch)
+            metrics.update(self.algorithm.compute_advantages(batch))
             timings["time/adv"] = time.perf_counter() - t0
             t0 = time.perf_counter()
             metrics.update(self.update(batch))
