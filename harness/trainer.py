@@ -30,6 +30,7 @@ resident memory of the process) and, on a GPU, ``final/peak_gpu_mem_mb``.
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import random
 import resource
@@ -257,7 +258,7 @@ class Trainer:
             metrics.update(self.algorithm.compute_advantages(batch))
             timings["time/adv"] = time.perf_counter() - t0
             t0 = time.perf_counter()
-            metrics.update(self.update(batch))
+            metrics.update(self.update(batch, old_is_current=True))
             timings["time/update"] = time.perf_counter() - t0
             eng.update_weights(eng)
         metrics.update(rollout_metrics(batch))
@@ -265,7 +266,10 @@ class Trainer:
         timings["time/step"] = time.perf_counter() - t_step
         return {**metrics, **timings}
 
-    def update(self, batch: RolloutBatch) -> dict[str, float]:
+    def update(self, batch: RolloutBatch, old_is_current: bool = False) -> dict[str, float]:
+        """Epochs x mini-batches x micro-batches over ``batch``. ``old_is_current``: its
+        ``old_logprobs`` are the current weights' (true right after rollout in ``train_step``),
+        so a preparation pass before the first optimizer step can reuse them."""
         cfg = self.cfg.trainer
         sums: dict[str, float] = defaultdict(float)
         optimizer_steps = 0
@@ -273,8 +277,9 @@ class Trainer:
         for _ in range(cfg.epochs):
             order = torch.randperm(len(batch)) if cfg.shuffle else torch.arange(len(batch))
             for mb in batch.select(order).split(cfg.mini_batch_size):
-                for k, v in self.algorithm.prepare_minibatch(mb, lambda b: self.engine.logprobs(
-                        b, self.cfg.rollout.temperature, cfg.micro_batch_size)).items():
+                for k, v in self.algorithm.prepare_minibatch(
+                        mb, functools.partial(self._current_logprobs,
+                                              old_is_current and optimizer_steps == 0)).items():
                     sums[k] += v  # mini-batch metrics (whole-group quantities)
                 agg = self.algorithm.aggregator(mb)
                 rows = self.algorithm.gradient_rows(mb) if cfg.skip_zero_gradient else None
@@ -295,6 +300,16 @@ class Trainer:
         out = {k: v / max(optimizer_steps, 1) for k, v in sums.items()}
         out["actor/tokens_trained"] = sums["actor/tokens_trained"]  # a count, not a mean
         return out
+
+    def _current_logprobs(self, old_is_current: bool, mb: RolloutBatch) -> torch.Tensor:
+        """No-grad log pi_theta of ``mb`` for a mini-batch preparation pass. Before the first
+        optimizer step after rollout, theta is still the policy that produced ``old_logprobs``
+        (recomputed by this engine, or the sampler's own with the shared model), so those are
+        returned instead of a second forward over the same weights."""
+        if old_is_current:
+            return mb["old_logprobs"]
+        return self.engine.logprobs(mb, self.cfg.rollout.temperature,
+                                    self.cfg.trainer.micro_batch_size)
 
     # -- evaluation, checkpoints, the loop ------------------------------------------------------
     def run_eval(self) -> dict[str, float]:
