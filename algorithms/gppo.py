@@ -27,9 +27,8 @@ from dataclasses import dataclass
 
 import torch
 
-from harness.algorithm import Aggregator, Algorithm
-from harness.batch import RolloutBatch
-from harness.policy_loss import LOG_RATIO_CLAMP, PPOClipLoss, token_advantages
+from harness.algorithm import Algorithm
+from harness.policy_loss import PPOClipLoss
 from harness.registry import register_algorithm, register_policy_loss
 
 
@@ -38,46 +37,13 @@ from harness.registry import register_algorithm, register_policy_loss
 class GPPOLoss(PPOClipLoss):
     """PPO's value with gradient-preserving clip bounds (same knobs as ``ppo_clip``)."""
 
-    def __call__(
-        self,
-        mb: RolloutBatch,
-        logp: torch.Tensor,
-        entropy: torch.Tensor | None,
-        agg: Aggregator,
-    ) -> tuple[torch.Tensor, dict[str, float]]:
-        mb.require("old_logprobs", "advantages", "response_mask", stage="gppo loss")
-        mask = mb["response_mask"]
-        adv = token_advantages(mb["advantages"], logp).detach()
-        log_ratio = (logp - mb["old_logprobs"]).clamp(-LOG_RATIO_CLAMP, LOG_RATIO_CLAMP)
-        ratio = torch.exp(log_ratio)
-        # r / sg(r) is 1 in value and carries d r: the bound's value is constant, its gradient
-        # is the bound times d log pi.
+    def clipped_ratio(self, ratio: torch.Tensor) -> torch.Tensor:
+        # r / sg(r) is 1 in value and carries d r: a bound keeps its value and gains the
+        # gradient bound * d log pi; everything else (value, dual clip, metrics) is PPO's.
         unit = ratio / ratio.detach()
         lower, upper = 1.0 - self.clip_low, 1.0 + self.clip_high
-        bounded = torch.where(ratio < lower, lower * unit,
-                              torch.where(ratio > upper, upper * unit, ratio))
-
-        loss_unclipped = -adv * ratio
-        loss_clipped = -adv * bounded
-        loss = torch.maximum(loss_unclipped, loss_clipped)
-        clipped = loss_clipped > loss_unclipped
-        dual = torch.zeros_like(clipped)
-        if self.dual_clip_c is not None:
-            bound = -adv * self.dual_clip_c
-            negative = adv < 0
-            dual = negative & (loss > bound)
-            loss = torch.where(negative, torch.minimum(loss, bound), loss)
-
-        value = agg(loss, mask)
-        metrics = {
-            "actor/pg_loss": float(value.detach().item()),
-            "actor/pg_clipfrac": agg.mean(clipped.float(), mask),
-            "actor/pg_clipfrac_lower": agg.mean(dual.float(), mask),
-            "actor/clip_high_frac": agg.mean((clipped & (ratio > 1)).float(), mask),
-            "actor/clip_low_frac": agg.mean((clipped & (ratio < 1)).float(), mask),
-            "actor/ppo_kl": agg.mean(-log_ratio.detach(), mask),
-        }
-        return value, metrics
+        return torch.where(ratio < lower, lower * unit,
+                           torch.where(ratio > upper, upper * unit, ratio))
 
 
 @register_algorithm("gppo")

@@ -72,6 +72,10 @@ class PPOClipLoss:
                 f"algorithm.loss.dual_clip_c must be > 1 (or null), got {self.dual_clip_c}"
             )
 
+    def clipped_ratio(self, ratio: torch.Tensor) -> torch.Tensor:
+        """clip(r, 1-eps_l, 1+eps_h); a variant may change the bounds' gradient (GPPO)."""
+        return ratio.clamp(1.0 - self.clip_low, 1.0 + self.clip_high)
+
     def __call__(
         self,
         mb: RolloutBatch,
@@ -86,7 +90,7 @@ class PPOClipLoss:
         ratio = torch.exp(log_ratio)
 
         loss_unclipped = -adv * ratio
-        loss_clipped = -adv * ratio.clamp(1.0 - self.clip_low, 1.0 + self.clip_high)
+        loss_clipped = -adv * self.clipped_ratio(ratio)
         loss = torch.maximum(loss_unclipped, loss_clipped)
         clipped = loss_clipped > loss_unclipped
         dual = torch.zeros_like(clipped)
