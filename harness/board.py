@@ -24,7 +24,8 @@ Run conventions read here (written by the trainer): tags ``rlbench.{algorithm,ta
 model,seed,temperature,baseline,kind}``; summary metrics ``final/<set>/{pass,mean,maj}_at_<k>``,
 ``start/<set>/...``, ``final/{steps,tokens_total,tokens_trained,wall_s,peak_mem_mb,
 peak_gpu_mem_mb}``; step metrics ``eval/<set>/pass_at_<k>`` and ``rollout/{reward_mean,entropy,
-response_len_mean}``.
+response_len_mean}``. The "final token entropy" column is the mean of ``rollout/entropy`` over each
+run's last ``final_window`` logged steps (board config), read from the metric history.
 """
 
 from __future__ import annotations
@@ -48,6 +49,7 @@ from mlflow.tracking import MlflowClient
 from harness.board_mlflow import KIND_TAG, log_leaderboard
 from harness.board_tables import (
     COSTS,
+    DYNAMICS,
     Row,
     Run,
     Spec,
@@ -91,6 +93,7 @@ class BoardConfig:
     bootstrap_resamples: int = 10_000
     bootstrap_seed: int = 0
     smooth: int = 5
+    final_window: int = 10
     source: str = "(built-in defaults)"
 
 
@@ -127,6 +130,8 @@ def load_config(path: str | Path | None = None) -> BoardConfig:
                          "variant": tuple(map(str, variant)), "source": _shown_path(p)})
     if not 0.0 < cfg.confidence < 1.0:
         raise ValueError(f"board config {p.name}: confidence must be in (0, 1)")
+    if cfg.final_window < 1:
+        raise ValueError(f"board config {p.name}: final_window must be >= 1")
     return cfg
 
 
@@ -298,8 +303,33 @@ def _fill(rows: list[Row], specs: list[Spec], cfg: BoardConfig) -> None:
             if row.baseline:
                 base = _per_seed(by_key[row.baseline].runs, f"final/{s.name}")
                 row.vs[s.name] = paired_interval(fin, base, *opts)
+        for d in DYNAMICS:
+            late = _per_seed(row.runs, f"final/{d.key}")
+            row.final[d.key] = interval(late.values(), *opts)
+            if row.baseline:
+                base = _per_seed(by_key[row.baseline].runs, f"final/{d.key}")
+                row.vs[d.key] = paired_interval(late, base, *opts)
         for c in COSTS:
             row.cost[c.key] = interval(_per_seed(row.runs, f"final/{c.key}").values(), *opts)
+
+
+def _late_means(client: MlflowClient, rows: list[Row], window: int) -> None:
+    """Put ``final/<dynamics key>`` = mean of the step metric over the run's last ``window``
+    logged steps into each run's metrics (a run's own summary, if it logged one, wins). The
+    value is read from the metric history, so runs logged before the summary existed get it
+    too."""
+    for row in rows:
+        for run in row.runs.values():
+            for d in DYNAMICS:
+                if f"final/{d.key}" in run.metrics or d.metric not in run.metrics:
+                    continue
+                by_step: dict[int, float] = {}
+                for m in sorted(client.get_metric_history(run.run_id, d.metric),
+                                key=lambda m: (m.step, m.timestamp)):
+                    by_step[m.step] = m.value  # a step logged twice: the last write wins
+                tail = [by_step[s] for s in sorted(by_step)[-window:]]
+                if tail:
+                    run.metrics[f"final/{d.key}"] = float(sum(tail) / len(tail))
 
 
 def _rank(rows: list[Row], prim: Spec | None) -> list[Row]:
@@ -409,7 +439,7 @@ def build_leaderboards(
             f"- Command: `{command}`"]
     commit, date = _git_commit(out), _today()
     notes = notes_text(cfg.confidence, cfg.bootstrap_min_n, cfg.bootstrap_resamples,
-                       cfg.bootstrap_seed, cfg.source, default)
+                       cfg.bootstrap_seed, cfg.source, default, cfg.final_window)
     written: list[Path] = []
     index: list[str] = []
     for (task, variant, model), group in sorted(groups.items()):
@@ -419,6 +449,7 @@ def build_leaderboards(
         prim = _primary(specs)
         rows = _make_rows(group)
         _pair(rows, cfg, default)
+        _late_means(client, rows, cfg.final_window)
         _fill(rows, specs, cfg)
         rows = _rank(rows, prim)
         title = f"{task}-{variant} / {model}"

@@ -14,8 +14,8 @@ from dataclasses import dataclass, field
 
 from harness.stats import Interval
 
-__all__ = ["COSTS", "MARK", "Cost", "Row", "Run", "Spec", "cell", "footer", "notes_text",
-           "quality_table", "render_csv", "render_markdown", "table"]
+__all__ = ["COSTS", "DYNAMICS", "MARK", "Cost", "Dynamic", "Row", "Run", "Spec", "cell",
+           "footer", "notes_text", "quality_table", "render_csv", "render_markdown", "table"]
 
 MARK = "†"  # paired difference whose CI excludes 0
 _KINDS = ("pass", "mean", "maj")  # column order within an eval set
@@ -71,6 +71,21 @@ COSTS = (
     Cost("peak_mem_mb", "peak mem MiB", ",.0f", True, True),
     Cost("peak_gpu_mem_mb", "peak GPU mem MiB", ",.0f", True, True),
 )
+
+
+@dataclass(frozen=True)
+class Dynamic:
+    """A training-dynamics column: per seed, the mean of step metric ``metric`` over the run's
+    last ``final_window`` logged steps (board config), stored as ``final/<key>``; shown next to
+    the quality metrics and paired against the baseline like them, never bolded (higher is not
+    better)."""
+
+    key: str
+    metric: str
+    title: str
+
+
+DYNAMICS = (Dynamic("token_entropy", "rollout/entropy", "final token entropy"),)
 
 
 @dataclass
@@ -152,21 +167,30 @@ def quality_table(rows: list[Row], specs: list[Spec]) -> list[str]:
         ivs = [r.final.get(s.name, Interval(math.nan, math.nan, math.nan, 0, "none"))
                for r in rows]
         cols.append(_bold_column([cell(iv) for iv in ivs], [iv.mean for iv in ivs], False))
-    return _table(["#", "row", "T", "seeds", *(s.title for s in specs)], cols)
+    dyn = _shown_dynamics(rows)
+    cols += [[cell(r.final[d.key]) for r in rows] for d in dyn]
+    return _table(["#", "row", "T", "seeds", *(s.title for s in specs), *(d.title for d in dyn)],
+                  cols)
+
+
+def _shown_dynamics(rows: list[Row]) -> list[Dynamic]:
+    return [d for d in DYNAMICS if any(d.key in r.final and r.final[d.key].n for r in rows)]
 
 
 def paired_table(rows: list[Row], specs: list[Spec]) -> list[str]:
     cols = [[str(i) for i in range(1, len(rows) + 1)], [r.key for r in rows],
             [r.baseline or ("— (" + r.baseline_note + ")" if r.baseline_note else "—")
              for r in rows]]
-    for s in specs:
+    dyn = _shown_dynamics(rows)
+    for name in [s.name for s in specs] + [d.key for d in dyn]:
         col = []
         for r in rows:
-            iv = r.vs.get(s.name)
+            iv = r.vs.get(name)
             text = "—" if iv is None else cell(iv, signed=True)
             col.append(text + (MARK if iv is not None and iv.excludes_zero else ""))
         cols.append(col)
-    return _table(["#", "row", "baseline", *(f"Δ {s.title}" for s in specs)], cols)
+    return _table(["#", "row", "baseline", *(f"Δ {s.title}" for s in specs),
+                   *(f"Δ {d.title}" for d in dyn)], cols)
 
 
 def start_table(rows: list[Row], specs: list[Spec]) -> list[str]:
@@ -198,7 +222,7 @@ def cost_table(rows: list[Row]) -> list[str]:
 
 
 def notes_text(confidence: float, bootstrap_min_n: int, resamples: int, seed: int,
-               config: str, default: str) -> dict[str, str]:
+               config: str, default: str, final_window: int = 10) -> dict[str, str]:
     """The explanation above each markdown table."""
     pct = f"{round(confidence * 100):d}%"
     rule = (f"a Student-t {pct} interval over seeds (`mean ± half-width (n)`, n = seeds that "
@@ -210,7 +234,9 @@ def notes_text(confidence: float, bootstrap_min_n: int, resamples: int, seed: in
             f"with {rule}. pass@k is the unbiased Codex estimator (Chen et al., 2021) over n "
             "samples per problem; mean@n is the mean reward over all n samples; maj@k the "
             "majority vote. **Bold**: the best mean in the column. Rows are ranked by the "
-            "primary metric; T is the sampling temperature."),
+            "primary metric; T is the sampling temperature. Final token entropy: per seed, the "
+            f"mean of `rollout/entropy` (mean per-token entropy of the training rollouts) over "
+            f"the run's last {final_window} logged steps, never bolded."),
         "paired": (
             "Δ = row − baseline, per seed, over the seeds both have (n = pairs), with the same "
             f"interval; {MARK} marks an interval that excludes 0. The baseline is the runs' "
@@ -302,6 +328,9 @@ def table(rows: list[Row], specs: list[Spec], confidence: float) -> list[dict[st
             vs = r.vs.get(n)
             d |= _iv_cols(f"{n}/vs_baseline", ci, vs, n_name="pairs")
             d[f"{n}/vs_baseline_excludes_zero"] = str(int(vs is not None and vs.excludes_zero))
+        for dyn in DYNAMICS:
+            d |= _iv_cols(f"{dyn.key}/final", ci, r.final.get(dyn.key))
+            d |= _iv_cols(f"{dyn.key}/vs_baseline", ci, r.vs.get(dyn.key), n_name="pairs")
         for c in COSTS:
             d |= _iv_cols(c.key, ci, r.cost.get(c.key))
         d["run_ids"] = ";".join(rid for _, rid in r.run_ids)

@@ -46,8 +46,10 @@ def _log_run(client, exp_id, alg, seed, *, level, start_time, status="FINISHED",
         summary[f"final/{name}/pass_at_{k}"] = (curve[steps[-2]] + curve[steps[-1]]) / 2
         summary[f"start/{name}/pass_at_{k}"] = curve[0]
     summary["final/heldout/mean_at_8"] = summary["final/heldout/pass_at_1"] + 0.01
+    entropy = {s: 1.5 - s / 40 + rng.normal(0, 0.05) + (0.2 if alg == "dapo" else 0.0)
+               for s in range(31)}
     for s in range(31):
-        metrics += [Metric("rollout/entropy", 1.5 - s / 40 + rng.normal(0, 0.05), 0, s),
+        metrics += [Metric("rollout/entropy", entropy[s], 0, s),
                     Metric("rollout/reward_mean", level * s / 30 + rng.normal(0, 0.05), 0, s),
                     Metric("rollout/response_len_mean", 20 + s / 3 + rng.normal(0, 1), 0, s),
                     Metric("rollout/tokens_total", 1000.0 * (s + 1), 0, s)]
@@ -58,6 +60,7 @@ def _log_run(client, exp_id, alg, seed, *, level, start_time, status="FINISHED",
     metrics += [Metric(k, v, 0, 30) for k, v in summary.items()]
     client.log_batch(run_id, metrics=metrics)
     client.set_terminated(run_id, status, end_time=start_time + 1)
+    summary["entropy_last10"] = float(np.mean([entropy[s] for s in range(21, 31)]))
     return run_id, summary
 
 
@@ -175,6 +178,26 @@ def test_paired_differences_on_shared_seeds(store, alg, base, shared):
         assert int(row[f"{m}/vs_baseline_pairs"]) == len(shared)
         assert float(row[f"{m}/vs_baseline_mean"]) == pytest.approx(mean, abs=6e-4)
         assert float(row[f"{m}/vs_baseline_ci95"]) == pytest.approx(half, abs=6e-4)
+
+
+def test_final_token_entropy_is_mean_of_last_ten_steps_and_paired(store):
+    rows = _rows(store)
+    for alg, seeds in SEEDS.items():
+        late = [store["runs"][alg, s][1]["entropy_last10"] for s in seeds]
+        mean, half = _ci(late)
+        assert float(rows[alg]["token_entropy/final_mean"]) == pytest.approx(mean, abs=6e-6)
+        assert float(rows[alg]["token_entropy/final_ci95"]) == pytest.approx(half, abs=6e-6)
+    diffs = [store["runs"]["dapo", s][1]["entropy_last10"]
+             - store["runs"]["grpo", s][1]["entropy_last10"] for s in SEEDS["dapo"]]
+    assert float(rows["dapo"]["token_entropy/vs_baseline_mean"]) == pytest.approx(
+        np.mean(diffs), abs=6e-6)
+    assert rows["dapo"]["token_entropy/vs_baseline_pairs"] == "3"
+    quality = _md_table(store, "Quality (final)")
+    assert quality["grpo"]["final token entropy"].split(" ")[0] == \
+        f"{float(rows['grpo']['token_entropy/final_mean']):.3f}"
+    assert "**" not in quality["dapo"]["final token entropy"]  # entropy is never "best"
+    paired = _md_table(store, "Paired difference vs baseline")
+    assert paired["dapo"]["Δ final token entropy"].startswith("+0.2")  # dapo's curves sit 0.2 up
 
 
 def test_baseline_row_has_no_paired_difference(store):

@@ -222,8 +222,11 @@ def test_config_errors(tmp_path):
     bad.write_text("variant: [rlbench.variant]\n")
     with pytest.raises(ValueError, match=r"tags\."):
         load_config(bad)
+    bad.write_text("final_window: 0\n")
+    with pytest.raises(ValueError, match="final_window"):
+        load_config(bad)
     with pytest.raises(ValueError, match="not found"):
         load_config(tmp_path / "missing.yaml")
     default = load_config()
     assert default.baseline == "grpo" and default.pairs["lpo_fwd@one"] == "dr_grpo"
-    assert default.source == "conf/board/default.yaml"
+    assert default.source == "conf/board/default.yaml" and default.final_window == 10
