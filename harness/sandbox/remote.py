@@ -1,0 +1,405 @@
+"""The judge's side of the fork server: run many candidate programs in one sandbox, one fresh
+process each, and call into them from trusted code outside the sandbox.
+
+Why verdicts cannot be forged: the tests (and their expected values) never enter the sandbox.
+The judge executes the tests itself, in its own process, with every top-level name the candidate
+defined bound to a :class:`Proxy`. Calling a proxy sends the arguments, as plain data, to the
+candidate's process, which runs the call and returns the result as plain data (see the codec in
+:mod:`harness.sandbox.forkserver`); the judge rebuilds it with its own types and the test's own
+``==`` and ``assert`` run here. So exiting early (``sys.exit``/``os._exit``/``SystemExit`` in a
+call), patching builtins or ``__eq__``, printing fake success lines or writing to inherited file
+descriptors changes nothing but the data the candidate returns; a candidate object that is not
+plain data stays an opaque reference whose truth value, equality and hash are the judge's own
+(identity; ``bool()`` raises).
+
+Everything the server says is parsed strictly, with size and nesting caps; a server that stops
+answering in time is killed (whole PID namespace) and replaced.
+"""
+
+from __future__ import annotations
+
+import builtins
+import contextlib
+import json
+import os
+import queue
+import select
+import shutil
+import struct
+import subprocess
+import tempfile
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+from harness.sandbox import Limits, isolation, kill_tree, python_executable, spawn
+
+SOURCE = (Path(__file__).parent / "forkserver.py").read_text()
+MAX_FRAME = 16 << 20
+GRACE_S = 3.0  # server overhead allowed beyond a candidate's own timeout before it is replaced
+MAX_DEPTH = 200
+
+
+class RemoteError(Exception):
+    """The candidate raised (the message is its exception), or returned something invalid."""
+
+
+class RemoteTimeoutError(RemoteError):
+    """The candidate ran past its time; its process tree was killed."""
+
+
+class RemoteDiedError(RemoteError):
+    """The candidate's process (or the whole sandbox) is gone."""
+
+
+class ServerFailureError(RemoteDiedError):
+    """The fork server itself stopped answering properly; it has been replaced."""
+
+
+@dataclass
+class StdioResult:
+    stdout: bytes
+    stderr: str
+    exit_code: int | None
+    signal: int | None
+    timed_out: bool
+    truncated: bool
+
+
+class ForkServer:
+    """One long-lived sandbox running :mod:`harness.sandbox.forkserver`. Not thread-safe: use one
+    per thread (:class:`ServerPool` hands them out)."""
+
+    def __init__(self, limits: Limits | None = None) -> None:
+        # The server itself lives long: its own CPU limit is generous; each candidate child
+        # gets its own limit from the request.
+        self.limits = replace(limits or Limits(), cpu_s=24 * 3600.0, wall_s=24 * 3600.0)
+        self.proc: Any = None
+        self.restarts = 0
+        self._workdir: str | None = None
+        self._started = False
+        self.isolation = ""
+
+    def start(self) -> None:
+        self._workdir = tempfile.mkdtemp(prefix="rlbench-forkserver-")
+        argv = [python_executable(), "-I", "-c", SOURCE]
+        if isolation() == "bwrap":
+            argv.append("--pidns")  # alone in its PID namespace: kill(-1) is safe in there
+        debug = os.environ.get("RLBENCH_SANDBOX_DEBUG")
+        self.proc, self.isolation = spawn(argv, self.limits, cwd=self._workdir,
+                                          stderr=None if debug else subprocess.DEVNULL)
+
+    def close(self) -> None:
+        if self.proc is not None:
+            kill_tree(self.proc)
+            self.proc = None
+        if self._workdir:
+            shutil.rmtree(self._workdir, ignore_errors=True)
+            self._workdir = None
+
+    def __del__(self) -> None:
+        try:
+            self.close()
+        except Exception:  # interpreter shutdown: modules may already be gone
+            return
+
+    # -- framing ---------------------------------------------------------------------------------
+    def _exchange(self, header: dict[str, Any], body: bytes | None, timeout: float
+                  ) -> tuple[dict[str, Any], bytes]:
+        if self.proc is None or self.proc.poll() is not None:
+            self.restarts += self._started
+            self.close()
+            self.start()
+            self._started = True
+        try:
+            data = json.dumps(header).encode()
+            frames = struct.pack(">I", len(data)) + data
+            if body is not None:
+                frames += struct.pack(">I", len(body)) + body
+            self.proc.stdin.write(frames)
+            self.proc.stdin.flush()
+            deadline = time.monotonic() + timeout + GRACE_S
+            reply = json.loads(self._recv(deadline))
+            payload = self._recv(deadline)
+            if not isinstance(reply, dict):
+                raise ValueError("bad reply")
+            return reply, payload
+        except (OSError, ValueError, EOFError, TimeoutError) as exc:
+            self.close()
+            raise ServerFailureError(
+                f"sandbox server failed ({type(exc).__name__}); replaced") from None
+
+    def _recv(self, deadline: float) -> bytes:
+        fd = self.proc.stdout.fileno()
+        head = self._read(fd, 4, deadline)
+        (n,) = struct.unpack(">I", head)
+        if n > MAX_FRAME:
+            raise ValueError("frame too large")
+        return self._read(fd, n, deadline)
+
+    @staticmethod
+    def _read(fd: int, n: int, deadline: float) -> bytes:
+        buf = bytearray()
+        while len(buf) < n:
+            left = deadline - time.monotonic()
+            if left <= 0 or not select.select([fd], [], [], left)[0]:
+                raise TimeoutError
+            chunk = os.read(fd, min(n - len(buf), 1 << 20))
+            if not chunk:
+                raise EOFError
+            buf += chunk
+        return bytes(buf)
+
+    # -- operations ------------------------------------------------------------------------------
+    def load(self, code: str, *, timeout: float, cpu_s: float, call_timeout: float,
+             deadline: float | None = None) -> Session:
+        """Start a fresh process for ``code`` (executed as module ``candidate``) and return a
+        session whose :meth:`Session.namespace` holds proxies for the names it defined."""
+        session = Session(self, call_timeout, deadline)
+        reply, body = self._exchange(
+            {"op": "load", "code": code, "cpu_s": cpu_s, "timeout": timeout}, None, timeout)
+        session.names = session.receive(reply, body)["names"]
+        return session
+
+    def unload(self) -> None:
+        if self.proc is not None:
+            with contextlib.suppress(ServerFailureError):
+                self._exchange({"op": "unload"}, None, 5.0)
+
+    def run_stdio(self, code: str, stdin: str, *, timeout: float, cpu_s: float,
+                  max_output: int = 1 << 20) -> StdioResult:
+        """Run ``code`` as ``__main__`` with ``stdin`` in a fresh process; capture stdout."""
+        reply, body = self._exchange(
+            {"op": "stdio", "code": code, "stdin": stdin, "timeout": timeout, "cpu_s": cpu_s,
+             "max_output": max_output}, None, timeout)
+        if reply.get("status") != "ok":
+            raise ServerFailureError(f"stdio run failed: {reply.get('error')}")
+        return StdioResult(stdout=body, stderr=str(reply.get("stderr", ""))[:2000],
+                           exit_code=_opt_int(reply.get("exit")),
+                           signal=_opt_int(reply.get("signal")),
+                           timed_out=bool(reply.get("timed_out")),
+                           truncated=bool(reply.get("truncated")))
+
+
+def _opt_int(v: Any) -> int | None:
+    return v if type(v) is int else None
+
+
+class Session:
+    """One loaded candidate. Every operation is bounded by ``call_timeout`` and the session's
+    overall ``deadline``; after a timeout or crash the session is dead (operations raise)."""
+
+    def __init__(self, server: ForkServer, call_timeout: float, deadline: float | None) -> None:
+        self.server = server
+        self.call_timeout = call_timeout
+        self.deadline = deadline
+        self.names: dict[str, Any] = {}
+        self.dead: str | None = None
+
+    def namespace(self) -> dict[str, Any]:
+        return {k: decode(v, self) for k, v in self.names.items()}
+
+    def receive(self, reply: dict[str, Any], body: bytes) -> dict[str, Any]:
+        status = reply.get("status")
+        if status == "timeout":
+            self.dead = "timeout"
+            raise RemoteTimeoutError("candidate timed out")
+        if status != "ok":
+            self.dead = "died"
+            raise RemoteDiedError(f"candidate process died ({reply.get('error')})")
+        try:
+            msg = json.loads(body)
+        except (ValueError, RecursionError):
+            raise RemoteError("candidate sent an unreadable reply") from None
+        if not isinstance(msg, dict) or msg.get("ok") is not True:
+            err = msg.get("error") if isinstance(msg, dict) else None
+            raise RemoteError(str(err)[:300] if err else "candidate error")
+        return msg
+
+    def op(self, payload: dict[str, Any]) -> dict[str, Any]:
+        if self.dead:
+            raise RemoteDiedError(f"candidate is gone ({self.dead})")
+        timeout = self.call_timeout
+        if self.deadline is not None:
+            timeout = min(timeout, self.deadline - time.monotonic())
+            if timeout <= 0:
+                self.dead = "deadline"
+                raise RemoteTimeoutError("problem time budget exhausted")
+        try:
+            reply, body = self.server._exchange(
+                {"op": "req", "timeout": timeout}, json.dumps(payload).encode(), timeout)
+        except ServerFailureError:
+            self.dead = "server"
+            raise
+        return self.receive(reply, body)
+
+    def call(self, ref: Proxy, args: tuple, kwargs: dict[str, Any]) -> Any:
+        enc_args = [encode(a) for a in args]
+        msg = self.op({"op": "call", "ref": ref._id, "args": enc_args,
+                       "kwargs": {str(k): encode(v) for k, v in kwargs.items()}})
+        after = msg.get("args_after")
+        if isinstance(after, list) and len(after) == len(args):
+            for original, new in zip(args, after):
+                _copy_back(original, decode(new, self) if new is not None else None)
+        return decode(msg.get("value"), self)
+
+
+def _copy_back(original: Any, new: Any) -> None:
+    """Mirror the candidate's in-place change of a list/dict/set argument onto the judge's."""
+    with contextlib.suppress(TypeError, ValueError):
+        if type(original) is list and type(new) is list:
+            original[:] = new
+        elif type(original) in (dict, set) and type(new) is type(original):
+            original.clear()
+            original.update(new)
+
+
+class Proxy:
+    """An opaque candidate object. Calls, attribute access and iteration run in the candidate's
+    process; equality and hashing are the judge's (identity), never the candidate's; the truth
+    value comes back as a plain bool."""
+
+    __slots__ = ("_id", "_kind", "_session", "_type")
+
+    def __init__(self, session: Session, ref_id: int, kind: str, type_name: str) -> None:
+        object.__setattr__(self, "_session", session)
+        object.__setattr__(self, "_id", ref_id)
+        object.__setattr__(self, "_kind", kind)
+        object.__setattr__(self, "_type", type_name)
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        return self._session.call(self, args, kwargs)
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("__"):
+            raise AttributeError(name)
+        return decode(self._session.op({"op": "getattr", "ref": self._id, "name": name})["value"],
+                      self._session)
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        self._session.op({"op": "setattr", "ref": self._id, "name": name,
+                          "value": encode(value)})
+
+    def __iter__(self) -> Iterator[Any]:
+        it = decode(self._session.op({"op": "iter", "ref": self._id})["value"], self._session)
+        if not isinstance(it, Proxy):
+            raise RemoteError("iterator is not an object")
+        while True:
+            msg = self._session.op({"op": "next", "ref": it._id})
+            if msg.get("stop") is True:
+                return
+            yield decode(msg.get("value"), self._session)
+
+    def __len__(self) -> int:
+        n = decode(self._session.op({"op": "len", "ref": self._id})["value"], self._session)
+        if type(n) is not int or n < 0:
+            raise RemoteError("len() of a candidate object is not a non-negative int")
+        return n
+
+    def __getitem__(self, key: Any) -> Any:
+        msg = self._session.op({"op": "getitem", "ref": self._id, "key": encode(key)})
+        return decode(msg["value"], self._session)
+
+    def __bool__(self) -> bool:
+        # Evaluated by the candidate, but it returns only a bool: no more power than returning
+        # True/False itself (re.Match results, custom truthy objects in MBPP tests).
+        value = self._session.op({"op": "bool", "ref": self._id})["value"]
+        if type(value) is not bool:
+            raise RemoteError("bool() of a candidate object is not a bool")
+        return value
+
+    def __repr__(self) -> str:
+        return f"<candidate {self._kind} {self._type!s:.40}>"
+
+
+_PLAIN = (type(None), bool, int, float, str)
+_CONTAINERS = {list: "list", tuple: "tuple", set: "set", frozenset: "frozenset"}
+
+
+def encode(x: Any, depth: int = 0) -> Any:
+    """Judge value -> tagged JSON for the candidate (plain data and this session's proxies)."""
+    if depth > MAX_DEPTH:
+        raise ValueError("argument nested too deeply")
+    if type(x) in _PLAIN:
+        return x
+    if isinstance(x, Proxy):
+        return {"t": "ref", "id": x._id}
+    name = getattr(x, "__name__", None)
+    if isinstance(name, str) and getattr(builtins, name, None) is x:
+        return {"t": "builtin", "v": name}  # int, str, len, ... (MBPP passes types)
+    if isinstance(x, (bytes, bytearray)):
+        return {"t": "bytes", "v": bytes(x).hex()}
+    if isinstance(x, complex):
+        return {"t": "complex", "v": [x.real, x.imag]}
+    if isinstance(x, dict):
+        return {"t": "dict", "v": [[encode(k, depth + 1), encode(v, depth + 1)]
+                                   for k, v in x.items()]}
+    for cls, tag in _CONTAINERS.items():
+        if isinstance(x, cls):
+            return {"t": tag, "v": [encode(e, depth + 1) for e in x]}
+    if isinstance(x, (int, float, str)):
+        return type(x).__mro__[-2](x)  # subclasses (IntEnum, ...) cross as their base value
+    raise TypeError(f"cannot pass a {type(x).__name__} to a sandboxed candidate")
+
+
+def decode(x: Any, session: Session, depth: int = 0) -> Any:
+    """Tagged JSON from the candidate -> judge values built only from builtin types."""
+    if depth > MAX_DEPTH:
+        raise RemoteError("value nested too deeply")
+    if type(x) in _PLAIN:
+        return x
+    if type(x) is not dict or type(x.get("t")) is not str:
+        raise RemoteError("malformed value from candidate")
+    t, v = x["t"], x.get("v")
+    try:
+        if t == "ref":
+            return Proxy(session, int(x["id"]), str(x.get("kind", "object"))[:20],
+                         str(x.get("type", "?"))[:60])
+        if t == "bytes":
+            return bytes.fromhex(v)
+        if t == "complex":
+            return complex(float(v[0]), float(v[1]))
+        if t == "dict":
+            return {decode(k, session, depth + 1): decode(val, session, depth + 1)
+                    for k, val in v}
+        items = [decode(e, session, depth + 1) for e in v]
+        return {"list": list, "tuple": tuple, "set": set, "frozenset": frozenset}[t](items)
+    except RemoteError:
+        raise
+    except Exception as exc:
+        raise RemoteError(f"malformed value from candidate ({type(exc).__name__})") from None
+
+
+class ServerPool:
+    """A bounded pool of fork servers (one sandbox each), shared by grading threads."""
+
+    def __init__(self, size: int, limits: Limits | None = None) -> None:
+        self.size = max(1, size)
+        self.limits = limits or Limits()
+        self._free: queue.SimpleQueue[ForkServer] = queue.SimpleQueue()
+        self._all: list[ForkServer] = []
+        self._lock = threading.Lock()
+        for _ in range(self.size):
+            server = ForkServer(self.limits)
+            self._all.append(server)
+            self._free.put(server)
+
+    @contextlib.contextmanager
+    def server(self) -> Iterator[ForkServer]:
+        server = self._free.get()
+        try:
+            yield server
+        finally:
+            self._free.put(server)
+
+    @property
+    def restarts(self) -> int:
+        return sum(s.restarts for s in self._all)
+
+    def close(self) -> None:
+        with self._lock:
+            for server in self._all:
+                server.close()
