@@ -1,0 +1,289 @@
+"""Grading code: the judge that runs every candidate in the sandbox and decides each test outside.
+
+A problem's ``answer`` (see :mod:`tasks.code.datasets`) is one of two kinds:
+
+* ``functional`` - ``units`` are Python sources (HumanEval ``check`` split into one assert per
+  unit, MBPP asserts, LeetCode ``Solution`` checks). The candidate (with the problem's
+  ``preamble``) is loaded into a fresh sandboxed process; each unit is executed **by the judge**
+  with the candidate's names bound to proxies (:mod:`harness.sandbox.remote`), so a unit passes
+  only if the judge's own ``assert`` held on plain data that came back.
+* ``stdio`` - ``units`` are ``{"input", "output"}`` pairs; the candidate runs once per unit with
+  that stdin, and the judge compares the captured stdout with the expected output, whitespace
+  tolerant (tokens equal, numbers within 1e-6 when both are numbers). A run must also exit 0
+  within its time and output limits.
+
+Time: a problem gets ``timeout_base_s + timeout_per_test_s * n_units`` seconds in all (wall),
+each remote call at most ``call_timeout_s``, each process ``cpu_s`` CPU seconds. Grading runs on
+a bounded pool of sandboxes (``workers``; each sandbox runs at nice 10), one thread each.
+"""
+
+from __future__ import annotations
+
+import ast
+import builtins
+import hashlib
+import json
+import math
+import os
+import threading
+import time
+from collections import OrderedDict
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any
+
+from harness.sandbox import Limits
+from harness.sandbox.remote import (
+    ForkServer,
+    RemoteError,
+    RemoteTimeoutError,
+    ServerFailureError,
+    ServerPool,
+    Session,
+)
+
+
+@dataclass
+class GraderConfig:
+    workers: int | None = None     # sandboxes graded in parallel (null = number of CPU cores)
+    timeout_base_s: float = 5.0    # wall budget of one problem: base + per_test * n_tests
+    timeout_per_test_s: float = 3.0
+    call_timeout_s: float = 10.0   # one call into the candidate (or one stdio run)
+    cpu_s: float = 10.0            # CPU seconds of one candidate process
+    memory_mb: int = 512           # address space of every process in a sandbox
+    max_procs: int = 16            # processes in a sandbox (fork bombs stop here)
+    max_output_bytes: int = 1 << 20  # stdout of a stdio run
+    stop_on_first_failure: bool = True  # binary reward: skip the rest once a test fails
+    cache_size: int = 100_000      # (problem, program) -> result memo; identical samples are
+                                   # graded once (programs are deterministic up to timeouts)
+
+
+@dataclass
+class GradeResult:
+    passed: int
+    total: int
+    status: str = "ok"  # ok | load_error | timeout | died | no_tests
+    error: str = ""
+    seconds: float = 0.0
+    per_test: list[bool] = field(default_factory=list)
+
+    @property
+    def all_passed(self) -> bool:
+        return self.total > 0 and self.passed == self.total
+
+    @property
+    def fraction(self) -> float:
+        return self.passed / self.total if self.total else 0.0
+
+
+def split_asserts(source: str, func: str = "check") -> list[str]:
+    """One test source per top-level ``assert`` of ``func`` (or of the module when it has no such
+    function), keeping every other statement, so a fraction-of-tests reward is meaningful."""
+    try:
+        tree = ast.parse(source)
+    except SyntaxError:
+        return [source]
+    holder: Any = next(
+        (n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == func), tree
+    )
+    idx = [i for i, s in enumerate(holder.body) if isinstance(s, ast.Assert)]
+    if len(idx) < 2:
+        return [source]
+    units = []
+    for keep in idx:
+        body = holder.body
+        holder.body = [s for i, s in enumerate(body) if i not in idx or i == keep]
+        units.append(ast.unparse(tree))
+        holder.body = body
+    return units
+
+
+def outputs_match(got: str, expected: str) -> bool:
+    """Whitespace-tolerant stdout comparison: equal tokens, or numbers within 1e-6."""
+    a, b = got.split(), expected.split()
+    if a == b:
+        return True
+    if len(a) != len(b):
+        return False
+    for x, y in zip(a, b):
+        if x == y:
+            continue
+        try:
+            fx, fy = float(x), float(y)
+        except ValueError:
+            return False
+        if not (math.isfinite(fx) and math.isfinite(fy)) or not math.isclose(
+            fx, fy, rel_tol=1e-6, abs_tol=1e-6
+        ):
+            return False
+    return True
+
+
+class CodeGrader:
+    """Grades (problem, program) pairs; safe to call from several threads."""
+
+    def __init__(self, config: GraderConfig | None = None) -> None:
+        self.config = config or GraderConfig()
+        c = self.config
+        self.workers = c.workers or os.cpu_count() or 1
+        self.limits = Limits(memory_mb=c.memory_mb, max_procs=c.max_procs,
+                             max_output_bytes=c.max_output_bytes)
+        self._pool: ServerPool | None = None
+        self._lock = threading.Lock()
+        self._cache: OrderedDict[str, GradeResult] = OrderedDict()
+        self._compiled: dict[str, Any] = {}
+        self._judge_globals: dict[str, dict[str, Any]] = {}
+
+    @property
+    def pool(self) -> ServerPool:
+        with self._lock:
+            if self._pool is None:
+                self._pool = ServerPool(self.workers, self.limits)
+            return self._pool
+
+    def close(self) -> None:
+        with self._lock:
+            if self._pool is not None:
+                self._pool.close()
+                self._pool = None
+
+    # -- public ----------------------------------------------------------------------------------
+    def grade(self, answer: dict[str, Any], code: str) -> GradeResult:
+        key = hashlib.sha256(json.dumps([answer, code], sort_keys=True).encode()).hexdigest()
+        with self._lock:
+            hit = self._cache.get(key)
+            if hit is not None:
+                self._cache.move_to_end(key)
+                return hit
+        with self.pool.server() as server:
+            start = time.monotonic()
+            try:
+                if answer["kind"] == "stdio":
+                    result = self._grade_stdio(server, answer, code)
+                else:
+                    result = self._grade_functional(server, answer, code)
+            finally:
+                server.unload()
+            result.seconds = time.monotonic() - start
+        if result.status != "died":  # a crashed sandbox is not a property of the program
+            with self._lock:
+                self._cache[key] = result
+                while len(self._cache) > self.config.cache_size:
+                    self._cache.popitem(last=False)
+        return result
+
+    def grade_many(self, items: list[tuple[dict[str, Any], str]]) -> list[GradeResult]:
+        if len(items) <= 1 or self.workers == 1:
+            return [self.grade(a, c) for a, c in items]
+        with ThreadPoolExecutor(self.workers) as ex:
+            return list(ex.map(lambda item: self.grade(*item), items))
+
+    # -- functional tests ------------------------------------------------------------------------
+    def _budget(self, n: int) -> float:
+        return self.config.timeout_base_s + self.config.timeout_per_test_s * n
+
+    def _load(self, server: ForkServer, program: str, deadline: float) -> Session:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            raise TimeoutError
+        return server.load(program, timeout=min(left, self.config.call_timeout_s + 1.0),
+                           cpu_s=self.config.cpu_s, call_timeout=self.config.call_timeout_s,
+                           deadline=deadline)
+
+    def _grade_functional(self, server: ForkServer, answer: dict[str, Any], code: str
+                          ) -> GradeResult:
+        units: list[str] = answer["units"]
+        result = GradeResult(passed=0, total=len(units))
+        if not units:
+            result.status = "no_tests"
+            return result
+        deadline = time.monotonic() + self._budget(len(units))
+        program = answer.get("preamble", "") + code
+        base = self._judge_base(answer.get("preamble", ""))
+        session: Session | None = None
+        for unit in units:
+            ok = False
+            try:
+                if session is None or session.dead:
+                    session = self._load(server, program, deadline)
+            except (TimeoutError, RemoteTimeoutError):
+                result.status = "timeout"
+                break
+            except ServerFailureError as exc:
+                result.status, result.error = "died", str(exc)
+                break
+            except RemoteError as exc:  # syntax error, exception or exit at import time
+                result.status, result.error = "load_error", str(exc)[:300]
+                break
+            try:
+                ns = {**base, **session.namespace()}
+                for setup in answer.get("judge_setup", []):
+                    exec(self._compile(setup), ns)
+                exec(self._compile(unit), ns)
+                ok = True
+            except ServerFailureError as exc:
+                result.status, result.error = "died", str(exc)
+            except RemoteTimeoutError as exc:
+                result.status, result.error = "timeout", str(exc)
+            except Exception as exc:  # the trusted test failed (assert, remote error, ...)
+                result.error = result.error or f"{type(exc).__name__}: {str(exc)[:200]}"
+            result.per_test.append(ok)
+            result.passed += ok
+            if not ok and self.config.stop_on_first_failure:
+                break
+        result.per_test += [False] * (len(units) - len(result.per_test))
+        return result
+
+    def _judge_base(self, preamble: str) -> dict[str, Any]:
+        """Globals of a test unit: the builtins and the problem's preamble (e.g. LeetCode's
+        imports), executed by the judge itself; never anything the candidate provides."""
+        if preamble not in self._judge_globals:
+            ns: dict[str, Any] = {"__builtins__": builtins, "__name__": "judge"}
+            exec(preamble, ns)
+            self._judge_globals[preamble] = ns
+        return self._judge_globals[preamble]
+
+    def _compile(self, source: str) -> Any:
+        code = self._compiled.get(source)
+        if code is None:
+            code = compile(source, "<test>", "exec")
+            if len(self._compiled) > 50_000:
+                self._compiled.clear()
+            self._compiled[source] = code
+        return code
+
+    # -- stdin/stdout tests ----------------------------------------------------------------------
+    def _grade_stdio(self, server: ForkServer, answer: dict[str, Any], code: str) -> GradeResult:
+        units: list[dict[str, str]] = answer["units"]
+        result = GradeResult(passed=0, total=len(units))
+        if not units:
+            result.status = "no_tests"
+            return result
+        deadline = time.monotonic() + self._budget(len(units))
+        program = answer.get("preamble", "") + code
+        for unit in units:
+            left = deadline - time.monotonic()
+            ok = False
+            if left <= 0:
+                result.status = "timeout"
+            else:
+                try:
+                    run = server.run_stdio(program, unit["input"],
+                                           timeout=min(left, self.config.call_timeout_s),
+                                           cpu_s=self.config.cpu_s,
+                                           max_output=self.config.max_output_bytes)
+                    if run.timed_out:
+                        result.status = "timeout"
+                    ok = (run.exit_code == 0 and not run.timed_out and not run.truncated
+                          and outputs_match(run.stdout.decode("utf-8", "replace"),
+                                            unit["output"]))
+                    if not ok and not result.error:
+                        result.error = run.stderr[-300:]
+                except ServerFailureError as exc:
+                    result.status, result.error = "died", str(exc)
+            result.per_test.append(ok)
+            result.passed += ok
+            if not ok and self.config.stop_on_first_failure:
+                break
+        result.per_test += [False] * (len(units) - len(result.per_test))
+        return result
