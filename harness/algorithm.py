@@ -180,6 +180,20 @@ class Algorithm:
         batch["advantages"] = self.advantage(batch)
         return dict(getattr(self.advantage, "last_metrics", None) or {})
 
+    def select_training_rows(self, batch: RolloutBatch) -> tuple[RolloutBatch, dict[str, float]]:
+        """Called once after :meth:`compute_advantages`: the rows the update trains on, and
+        metrics. A method that chooses its training rows by advantage (arbitrary-entropy PO's
+        substitution of positive side-batch samples) overrides it. Default: every row."""
+        return batch, {}
+
+    def state_dict(self) -> dict[str, Any]:
+        """State carried from step to step (a controller's reading), saved in checkpoints so a
+        resumed run continues identically. JSON-serialisable. Default: none."""
+        return {}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore :meth:`state_dict`'s output."""
+
     def aggregator(self, minibatch: RolloutBatch) -> Aggregator:
         return Aggregator.for_batch(self.config.agg, minibatch, self.L_max)
 

@@ -20,7 +20,9 @@ raw_rewards    [B] f32      the verifier's reward before shaping
 correct        [B] bool     the verifier's verdict
 parsed         [B] bool     an answer could be extracted
 group_index    [B] i64      samples of one prompt share a group index (0..n_groups-1)
-is_offpolicy   [B] bool     sample was not drawn from pi_old (e.g. off-policy guidance)
+is_offpolicy   [B] bool     sample was not drawn from pi_old on its training prompt (LOPE's
+                            perturbed-prompt rows); its old_logprobs stay the behaviour ones
+sampling_temperature [B] f32 temperature the sample was drawn at (nan: not recorded)
 truncated      [B] bool     the response hit max_new_tokens
 advantages     [B] or [B,T] written by the advantage estimator
 ============== ============ =====================================================================
@@ -31,6 +33,7 @@ message that names the stage and the key.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterator, Sequence
 
 import torch
@@ -95,7 +98,10 @@ class RolloutBatch:
             "response_mask": response_mask,
             "rollout_logprobs": rollout_lp,
             "group_index": torch.as_tensor([t.group_id for t in trajs], dtype=torch.long),
-            "is_offpolicy": torch.zeros(B, dtype=torch.bool),
+            "is_offpolicy": torch.as_tensor([t.is_offpolicy for t in trajs], dtype=torch.bool),
+            "sampling_temperature": torch.as_tensor(
+                [math.nan if t.temperature is None else t.temperature for t in trajs],
+                dtype=torch.float32),
             "truncated": torch.as_tensor([t.truncated for t in trajs], dtype=torch.bool),
         }
         if has_entropy:

@@ -45,18 +45,23 @@ class RolloutContext:
         self.timings[stage] = self.timings.get(stage, 0.0) + seconds
 
 
-def sample_groups(ctx: RolloutContext, examples: list[Example]) -> RolloutBatch:
-    """Generate ``sampling.n`` responses per example, verify them, shape rewards."""
+def sample_groups(ctx: RolloutContext, examples: list[Example],
+                  sampling: SamplingParams | None = None) -> RolloutBatch:
+    """Generate ``sampling.n`` responses per example (default: the run's sampling parameters),
+    verify them, shape rewards. Each trajectory records the temperature it was sampled at."""
+    sampling = sampling or ctx.sampling
     t0 = time.perf_counter()
     prompt_ids = [ctx.engine.encode_prompt(ex) for ex in examples]
-    trajs = ctx.engine.generate(prompt_ids, ctx.sampling)
+    trajs = ctx.engine.generate(prompt_ids, sampling)
+    for traj in trajs:
+        traj.temperature = sampling.temperature
     ctx.add_time("gen", time.perf_counter() - t0)
     # every generated token counts toward the budget, including groups a strategy discards
     generated = float(sum(len(t.response_ids) for t in trajs))
     ctx.metrics["rollout/tokens"] = ctx.metrics.get("rollout/tokens", 0.0) + generated
 
     t0 = time.perf_counter()
-    n = ctx.sampling.n
+    n = sampling.n
     owners = [examples[i // n] for i in range(len(trajs))]
     scores = ctx.task.verify_batch(owners, [t.text for t in trajs])
     for i, (traj, score) in enumerate(zip(trajs, scores)):

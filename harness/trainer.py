@@ -108,7 +108,14 @@ def seed_everything(seed: int) -> None:
     torch.manual_seed(seed)
 
 
-def rollout_metrics(batch: RolloutBatch) -> dict[str, float]:
+def on_policy_rows(batch: RolloutBatch, train_temperature: float) -> torch.Tensor:
+    """Bool [B]: rows sampled from pi_theta itself on their training prompt at the training
+    temperature (not LOPE's perturbed-prompt rows, not arbitrary-entropy's side batch)."""
+    t = batch["sampling_temperature"]
+    return ~batch["is_offpolicy"] & ((t == train_temperature) | t.isnan())
+
+
+def rollout_metrics(batch: RolloutBatch, train_temperature: float = 1.0) -> dict[str, float]:
     if len(batch) == 0:
         return {"rollout/samples": 0.0}
     rewards, mask = batch["rewards"], batch["response_mask"]
@@ -129,9 +136,13 @@ def rollout_metrics(batch: RolloutBatch) -> dict[str, float]:
         "rollout/samples": float(len(batch)),
     }
     if "entropy" in batch:
-        out["rollout/entropy"] = float((batch["entropy"] * mask).sum() / mask.sum().clamp(min=1))
+        # the policy's own entropy: rows sampled from another prompt or temperature measure a
+        # different distribution
+        m = mask * on_policy_rows(batch, train_temperature)[:, None]
+        out["rollout/entropy"] = float((batch["entropy"] * m).sum() / m.sum().clamp(min=1))
     if "old_logprobs" in batch:
-        diff = (batch["old_logprobs"] - batch["rollout_logprobs"]).abs() * mask
+        own = on_policy_rows(batch, train_temperature)[:, None]
+        diff = (batch["old_logprobs"] - batch["rollout_logprobs"]).abs() * mask * own
         out["rollout/logprob_diff_max"] = float(diff.max())
     return out
 
@@ -219,6 +230,7 @@ class Trainer:
         self.peak_mem_mb = state.get("peak_mem_mb", 0.0)
         self.wall_offset = state.get("wall_s", 0.0)
         self.eval_history = state.get("eval_history", [])
+        self.algorithm.load_state_dict(state.get("algorithm", {}))
         random.setstate(_tuplify(state["python_rng"]))
         torch.set_rng_state(torch.tensor(state["torch_rng"], dtype=torch.uint8))
         if "numpy_rng" in state:
@@ -244,10 +256,7 @@ class Trainer:
         if len(batch) > 0:
             micro = cfg.trainer.micro_batch_size or cfg.trainer.mini_batch_size or len(batch)
             t0 = time.perf_counter()
-            if cfg.trainer.old_logprobs == "recompute":
-                batch["old_logprobs"] = eng.logprobs(batch, cfg.rollout.temperature, micro)
-            else:
-                batch["old_logprobs"] = batch["rollout_logprobs"].clone()
+            batch["old_logprobs"] = self.old_logprobs(batch, micro)
             timings["time/old_logprob"] = time.perf_counter() - t0
             if self.algorithm.needs_reference:
                 t0 = time.perf_counter()
@@ -256,15 +265,39 @@ class Trainer:
                 timings["time/ref"] = time.perf_counter() - t0
             t0 = time.perf_counter()
             metrics.update(self.algorithm.compute_advantages(batch))
+            batch, selected = self.algorithm.select_training_rows(batch)
+            metrics.update(selected)
             timings["time/adv"] = time.perf_counter() - t0
             t0 = time.perf_counter()
             metrics.update(self.update(batch, old_is_current=True))
             timings["time/update"] = time.perf_counter() - t0
             eng.update_weights(eng)
-        metrics.update(rollout_metrics(batch))
+        metrics.update(rollout_metrics(batch, cfg.rollout.temperature))
         metrics["actor/lr"] = eng.lr
         timings["time/step"] = time.perf_counter() - t_step
         return {**metrics, **timings}
+
+    def old_logprobs(self, batch: RolloutBatch, micro: int) -> torch.Tensor:
+        """log pi_old of every row at the training temperature. ``recompute`` runs the train
+        engine; ``rollout`` reuses the sampler's log-probs where they are that quantity (same
+        fp32 model, sampled at the training temperature) and recomputes the rows sampled at
+        another temperature (arbitrary-entropy's side batch). Off-policy rows (``is_offpolicy``:
+        sampled from a different prompt, as LOPE's) keep their behaviour log-probs in both
+        modes: recomputing them on the training prompt would erase the correction."""
+        train_t = self.cfg.rollout.temperature
+        if self.cfg.trainer.old_logprobs == "recompute":
+            old = self.engine.logprobs(batch, train_t, micro)
+        else:
+            old = batch["rollout_logprobs"].clone()
+            stale = (~on_policy_rows(batch, train_t) & ~batch["is_offpolicy"]).nonzero().flatten()
+            if len(stale):
+                sub = batch.select(stale).trim_padding()
+                width = sub["responses"].shape[1]
+                old[stale] = 0.0
+                old[stale, :width] = self.engine.logprobs(sub, train_t, micro)
+        off = batch["is_offpolicy"]
+        old[off] = batch["rollout_logprobs"][off]
+        return old
 
     def update(self, batch: RolloutBatch, old_is_current: bool = False) -> dict[str, float]:
         """Epochs x mini-batches x micro-batches over ``batch``. ``old_is_current``: its
@@ -306,7 +339,7 @@ class Trainer:
         optimizer step after rollout, theta is still the policy that produced ``old_logprobs``
         (recomputed by this engine, or the sampler's own with the shared model), so those are
         returned instead of a second forward over the same weights."""
-        if old_is_current:
+        if old_is_current and not bool(mb["is_offpolicy"].any()):
             return mb["old_logprobs"]
         return self.engine.logprobs(mb, self.cfg.rollout.temperature,
                                     self.cfg.trainer.micro_batch_size)
@@ -331,7 +364,7 @@ class Trainer:
             "wall_s": self.wall_offset + (time.perf_counter() - self._t_start),
             "eval_history": self.eval_history,
             "python_rng": random.getstate(), "torch_rng": torch.get_rng_state().tolist(),
-            "numpy_rng": _numpy_state(),
+            "numpy_rng": _numpy_state(), "algorithm": self.algorithm.state_dict(),
         }
         return save_checkpoint(self.engine, self.output_dir, self.step, state)
 

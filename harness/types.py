@@ -54,6 +54,8 @@ class Trajectory:
     (temperature-scaled logits, before top-p/top-k filtering). ``loss_mask`` is 0 on tokens the
     policy did not choose (tool outputs in agentic tasks). ``finish_reason`` is ``"stop"`` (EOS)
     or ``"length"`` (hit ``max_new_tokens``, i.e. truncated).
+    ``prompt_ids`` is the prompt the trainer conditions on; a strategy that generates from a
+    different prompt (LOPE's perturbed prompts) keeps that one in ``generation_prompt_ids``.
     """
 
     prompt_ids: list[int]
@@ -68,6 +70,13 @@ class Trajectory:
     score: Score | None = None
     turn_boundaries: list[int] = field(default_factory=list)
     tool_calls: list[dict[str, Any]] = field(default_factory=list)
+    # Set by rollout strategies that do not simply sample the training prompt: the temperature
+    # the response was sampled at, whether it was drawn from another distribution than pi_old on
+    # ``prompt_ids`` (``logprobs`` are then the behaviour log-probs and are never recomputed),
+    # and the prompt it was generated from when that differs from the one it is trained on.
+    temperature: float | None = None
+    is_offpolicy: bool = False
+    generation_prompt_ids: list[int] | None = None
 
     @property
     def truncated(self) -> bool:
