@@ -3,8 +3,11 @@
 pass@k is the unbiased estimator of Chen et al. (2021, "Codex"): with ``c`` correct among ``n``
 samples, pass@k = 1 - C(n-c, k) / C(n, k), averaged over problems. mean@n is the mean reward over
 all samples (for 0/1 rewards it equals pass@1). maj@k (majority vote over the first k answers)
-is reported only when the task's scores carry an ``answer_key`` in ``Score.info``. Metric names
-use ``_at_`` because MLflow rejects ``@``: ``eval/<set>/pass_at_<k>``.
+is reported only when the task's scores carry an ``answer_key`` in ``Score.info`` (for each k of
+the protocol's ``maj_k``, default its ``k``). A task may also put numeric per-sample statistics in
+``Score.info["stats"]`` (e.g. which answer-extraction method fired, grading timeouts); each is
+logged as its mean over the set, ``eval/<set>/<stat>``. Metric names use ``_at_`` because MLflow
+rejects ``@``: ``eval/<set>/pass_at_<k>``.
 """
 
 from __future__ import annotations
@@ -66,12 +69,15 @@ def evaluate_set(
     metrics[f"eval/{name}/response_len"] = float(np.mean([len(t.response_ids) for t in trajs]))
     keys = [s.info.get("answer_key") for s in scores]
     if any(k is not None for k in keys):
-        for k in proto.k:
+        for k in proto.k if proto.maj_k is None else proto.maj_k:
             votes = [
                 majority_correct(keys[i * n : i * n + k], correct[i, :k].tolist())
                 for i in range(len(examples))
             ]
             metrics[f"eval/{name}/maj_at_{k}"] = float(np.mean(votes))
+    for stat in sorted({k for s in scores for k in s.info.get("stats", {})}):
+        metrics[f"eval/{name}/{stat}"] = float(
+            np.mean([float(s.info.get("stats", {}).get(stat, 0.0)) for s in scores]))
     metrics[f"eval/{name}/samples"] = float(len(trajs))
     metrics[f"time/eval_{name}"] = time.perf_counter() - start
     kept = [

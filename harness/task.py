@@ -19,7 +19,7 @@ from harness.types import Example, Score
 class EvalProtocol:
     """How one eval set is sampled and scored: ``n`` samples per problem at ``temperature``,
     reported as unbiased pass@k for every k in ``k`` (k <= n), mean@n and, when the task gives
-    answer keys, maj@k."""
+    answer keys, maj@k for every k in ``maj_k`` (null: the ``k`` list; [] : none)."""
 
     n: int = 8
     k: list[int] = field(default_factory=lambda: [1, 8])
@@ -27,6 +27,7 @@ class EvalProtocol:
     top_p: float = 1.0
     max_new_tokens: int = 16
     limit: int | None = None  # evaluate only the first ``limit`` problems (None = all)
+    maj_k: list[int] | None = None  # k of maj@k (None = the same as ``k``)
 
 
 @dataclass
