@@ -96,6 +96,8 @@ def enc(x, depth=0):
         return {"t": "dict", "v": [[enc(k, depth + 1), enc(v, depth + 1)]
                                    for k, v in dict.items(x)]}
     REFS.append(x)
+    if isinstance(x, type(sys)):
+        return {"t": "ref", "id": len(REFS) - 1, "kind": "module", "type": str(x.__name__)}
     kind = "class" if isinstance(x, type) else "callable" if callable(x) else "object"
     return {"t": "ref", "id": len(REFS) - 1, "kind": kind, "type": type(x).__name__}
 

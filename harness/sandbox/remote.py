@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import builtins
 import contextlib
+import importlib
 import json
 import os
 import queue
@@ -27,10 +28,11 @@ import select
 import shutil
 import struct
 import subprocess
+import sys
 import tempfile
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Collection, Iterator
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -161,7 +163,10 @@ class ForkServer:
         session = Session(self, call_timeout, deadline)
         reply, body = self._exchange(
             {"op": "load", "code": code, "cpu_s": cpu_s, "timeout": timeout}, None, timeout)
-        session.names = session.receive(reply, body)["names"]
+        names = session.receive(reply, body).get("names")
+        if type(names) is not dict or not all(type(k) is str for k in names):
+            raise RemoteError("malformed load reply from candidate")
+        session.names = names
         return session
 
     def unload(self) -> None:
@@ -199,8 +204,27 @@ class Session:
         self.names: dict[str, Any] = {}
         self.dead: str | None = None
 
-    def namespace(self) -> dict[str, Any]:
-        return {k: decode(v, self) for k, v in self.names.items()}
+    def namespace(self, reserved: Collection[str] = frozenset(),
+                  allow: Collection[str] = frozenset()) -> dict[str, Any]:
+        """The candidate's top-level names for the judge's test code. Never dunders, builtins
+        or ``reserved`` names (the judge's own helpers): a candidate that defines ``abs``,
+        ``set`` or ``isinstance`` must not change what the test's own calls compute. Only the
+        problem's entry points (``allow``: MBPP 126 *asks* for a function named ``sum``) may
+        take a builtin's name. A module
+        the candidate imported is the judge's own copy of that standard-library module."""
+        out: dict[str, Any] = {}
+        for name, value in self.names.items():
+            if name.startswith("__") or (
+                name not in allow and (name in reserved or hasattr(builtins, name))
+            ):
+                continue
+            obj = decode(value, self)
+            if isinstance(obj, Proxy) and obj._kind == "module":
+                if obj._type != name or name not in sys.stdlib_module_names:
+                    continue
+                obj = importlib.import_module(name)
+            out[name] = obj
+        return out
 
     def receive(self, reply: dict[str, Any], body: bytes) -> dict[str, Any]:
         status = reply.get("status")

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.types import Example
-from tasks.code.grading import split_asserts
+from tasks.code.grading import called_names, split_asserts
 
 DATA_DIR = Path(__file__).parent / "data"
 
@@ -75,7 +75,7 @@ def mbpp(directory: Path, ids: range | None = None) -> list[Example]:
         out.append(Example(
             id=f"mbpp/{row['task_id']}", prompt=_mbpp_prompt(row["text"], row["test_list"]),
             answer={"kind": "functional", "units": list(row["test_list"]), "preamble": "",
-                    "judge_setup": setup},
+                    "judge_setup": setup, "entry_points": called_names(row["test_list"])},
             meta={"dataset": "mbpp", "reference": row["code"].replace("\r\n", "\n")},
         ))
     return out
@@ -88,7 +88,8 @@ def mbpp_sanitized(directory: Path) -> list[Example]:
         out.append(Example(
             id=f"mbpp_sanitized/{row['task_id']}",
             prompt=_mbpp_prompt(row["prompt"], row["test_list"]),
-            answer={"kind": "functional", "units": list(row["test_list"]), "preamble": imports},
+            answer={"kind": "functional", "units": list(row["test_list"]), "preamble": imports,
+                    "entry_points": called_names(row["test_list"])},
             meta={"dataset": "mbpp_sanitized", "reference": row["code"]},
         ))
     return out

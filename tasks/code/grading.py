@@ -98,6 +98,23 @@ def split_asserts(source: str, func: str = "check") -> list[str]:
     return units
 
 
+def called_names(sources: list[str]) -> list[str]:
+    """Functions the tests call that are not builtins (the entry points); if every called name
+    is a builtin's (MBPP 126 asks for ``sum``), all of them."""
+    names: list[str] = []
+    for src in sources:
+        try:
+            tree = ast.parse(src)
+        except SyntaxError:
+            continue
+        for node in ast.walk(tree):
+            if (isinstance(node, ast.Call) and isinstance(node.func, ast.Name)
+                    and node.func.id not in names):
+                names.append(node.func.id)
+    own = [n for n in names if not hasattr(builtins, n)]
+    return own or names
+
+
 def outputs_match(got: str, expected: str) -> bool:
     """Whitespace-tolerant stdout comparison: equal tokens, or numbers within 1e-6."""
     a, b = got.split(), expected.split()
@@ -216,7 +233,8 @@ class CodeGrader:
                 result.status, result.error = "load_error", str(exc)[:300]
                 break
             try:
-                ns = {**base, **session.namespace()}
+                ns = {**base, **session.namespace(reserved=base.keys(),
+                                                  allow=answer.get("entry_points", ()))}
                 for setup in answer.get("judge_setup", []):
                     exec(self._compile(setup), ns)
                 exec(self._compile(unit), ns)

@@ -2,7 +2,9 @@
 
 Prompt ``"f(2)=7 f(5)=16 f(6)=19\\n"``, reference completion ``"def f(x): return x*3+1"``.
 Functions come from a few small families (``x*a+b``, ``x*a-b``, ``(x+a)*b``, ``x*x+b``, ``x*a``,
-``x+b``, ``x%a``); a problem is a function with three shown inputs from 0..9. Its tests are the
+``x+b``, ``x%a``); a problem is a function shown at 0, 1 and one more input from 2..9 (237 functions x 8 = 1,896
+problems: f(0) and f(1) pin down the affine families, the third example tells the families
+apart). Its tests are the
 shown inputs plus ``hidden`` unseen inputs from 0..12 (so a lookup table of the examples fails),
 each ``assert f(x) == y`` graded through the same sandbox as the real benchmarks. Any program
 that computes the right values passes, not only the reference form.
@@ -10,7 +12,6 @@ that computes the right values passes, not only the reference form.
 
 from __future__ import annotations
 
-import itertools
 import random
 
 from harness.types import Example
@@ -40,7 +41,8 @@ def problems(hidden: int, seed: int) -> list[Example]:
     out = []
     for expr in functions():
         fn = eval(f"lambda x: {expr}")  # trusted: our own generated expression
-        for shown in itertools.combinations(range(10), 3):
+        for third in range(2, 10):
+            shown = (0, 1, third)  # f(0) and f(1) pin down the affine families
             rest = [x for x in range(13) if x not in shown]
             tests = [*shown, *rng.sample(rest, hidden)]
             prompt = " ".join(f"f({x})={fn(x)}" for x in shown) + "\n"
