@@ -18,7 +18,9 @@ from tests.hostile.cases import CASES, GOOD, PROBLEMS
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT / "tasks" / "code" / "data"
-SERVER_MARKER = "The fork server that runs *inside* the sandbox"
+# Unique to this module's grader, so sandboxes of tests running in parallel (xdist) don't count.
+TAG = f"hostile-suite-{os.getpid()}-{time.time_ns()}"
+SERVER_MARKER = f"--tag={TAG}"
 
 pytestmark = pytest.mark.skipif(
     os.environ.get("RLBENCH_SANDBOX") == "rlimits" or isolation() != "bwrap",
@@ -84,7 +86,7 @@ def outcome(tmp_path_factory: pytest.TempPathFactory):
     grader = CodeGrader(GraderConfig(workers=2, timeout_base_s=2.0, timeout_per_test_s=1.0,
                                      call_timeout_s=2.0, cpu_s=1.0, memory_mb=256,
                                      max_procs=16, max_output_bytes=1 << 20,
-                                     stop_on_first_failure=False, cache_size=0))
+                                     stop_on_first_failure=False, cache_size=0), tag=TAG)
     subst = {"@SENTINEL@": str(sentinel), "@HOSTFILE@": str(hostfile), "@PORT@": str(listener.port),
              "@REPO@": str(ROOT), "@DATA@": str(DATA)}
     items = []

@@ -75,7 +75,8 @@ class ForkServer:
     """One long-lived sandbox running :mod:`harness.sandbox.forkserver`. Not thread-safe: use one
     per thread (:class:`ServerPool` hands them out)."""
 
-    def __init__(self, limits: Limits | None = None) -> None:
+    def __init__(self, limits: Limits | None = None, tag: str = "") -> None:
+        self.tag = tag  # shows in the command line of the server and its forks (ps, tests)
         # The server itself lives long: its own CPU limit is generous; each candidate child
         # gets its own limit from the request.
         self.limits = replace(limits or Limits(), cpu_s=24 * 3600.0, wall_s=24 * 3600.0)
@@ -90,6 +91,8 @@ class ForkServer:
         argv = [python_executable(), "-I", "-c", SOURCE]
         if isolation() == "bwrap":
             argv.append("--pidns")  # alone in its PID namespace: kill(-1) is safe in there
+        if self.tag:
+            argv.append(f"--tag={self.tag}")
         debug = os.environ.get("RLBENCH_SANDBOX_DEBUG")
         self.proc, self.isolation = spawn(argv, self.limits, cwd=self._workdir,
                                           stderr=None if debug else subprocess.DEVNULL)
@@ -400,14 +403,14 @@ def decode(x: Any, session: Session, depth: int = 0) -> Any:
 class ServerPool:
     """A bounded pool of fork servers (one sandbox each), shared by grading threads."""
 
-    def __init__(self, size: int, limits: Limits | None = None) -> None:
+    def __init__(self, size: int, limits: Limits | None = None, tag: str = "") -> None:
         self.size = max(1, size)
         self.limits = limits or Limits()
         self._free: queue.SimpleQueue[ForkServer] = queue.SimpleQueue()
         self._all: list[ForkServer] = []
         self._lock = threading.Lock()
         for _ in range(self.size):
-            server = ForkServer(self.limits)
+            server = ForkServer(self.limits, tag)
             self._all.append(server)
             self._free.put(server)
 

@@ -139,8 +139,9 @@ def outputs_match(got: str, expected: str) -> bool:
 class CodeGrader:
     """Grades (problem, program) pairs; safe to call from several threads."""
 
-    def __init__(self, config: GraderConfig | None = None) -> None:
+    def __init__(self, config: GraderConfig | None = None, tag: str = "") -> None:
         self.config = config or GraderConfig()
+        self.tag = tag
         c = self.config
         self.workers = c.workers or os.cpu_count() or 1
         self.limits = Limits(memory_mb=c.memory_mb, max_procs=c.max_procs,
@@ -155,7 +156,7 @@ class CodeGrader:
     def pool(self) -> ServerPool:
         with self._lock:
             if self._pool is None:
-                self._pool = ServerPool(self.workers, self.limits)
+                self._pool = ServerPool(self.workers, self.limits, self.tag)
             return self._pool
 
     def close(self) -> None:

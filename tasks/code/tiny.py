@@ -1,13 +1,13 @@
 """The tiny code testbed: infer a one-line integer function from three input/output examples.
 
-Prompt ``"f(2)=7 f(5)=16 f(6)=19\\n"``, reference completion ``"def f(x): return x*3+1"``.
+Prompt ``"f(0)=1 f(1)=4 f(6)=19\\n"``, reference completion ``"def f(x): return x*3+1"``.
 Functions come from a few small families (``x*a+b``, ``x*a-b``, ``(x+a)*b``, ``x*x+b``, ``x*a``,
-``x+b``, ``x%a``); a problem is a function shown at 0, 1 and one more input from 2..9 (237 functions x 8 = 1,896
-problems: f(0) and f(1) pin down the affine families, the third example tells the families
-apart). Its tests are the
-shown inputs plus ``hidden`` unseen inputs from 0..12 (so a lookup table of the examples fails),
-each ``assert f(x) == y`` graded through the same sandbox as the real benchmarks. Any program
-that computes the right values passes, not only the reference form.
+``x+b``, ``x%a``: 237 distinct functions on 0..12); a problem is a function shown at 0, 1 and
+one more input from 2..9 (1,896 problems): f(0) and f(1) pin down the affine families, the third
+example tells the families apart. Its tests are the shown inputs plus ``hidden`` unseen inputs
+from 0..12 (so a lookup table of the examples fails), each ``assert f(x) == y`` graded through
+the same sandbox as the real benchmarks. Any program that computes the right values passes, not
+only the reference form.
 """
 
 from __future__ import annotations
