@@ -133,10 +133,10 @@ def test_tiny_problems_are_solved_by_their_references(tiny_task):
 
 def test_tiny_split_and_warm_start(tiny_task):
     train, heldout = tiny_task.train_examples(), tiny_task.eval_sets()[0].examples
-    assert len(heldout) == 300 and len(train) == len(tiny.problems(2, 0)) - 300
+    assert len(heldout) == 500 and len(train) == len(tiny.problems(2, 0)) - 500
     assert not {e.id for e in train} & {e.id for e in heldout}
     pairs = tiny_task.warmstart_examples()
-    assert len(pairs) == round(0.3 * len(train))
+    assert len(pairs) == round(0.1 * len(train))
     assert all(c.startswith(tiny.HEADER) for _, c in pairs)
     assert all(set(c) <= set("def f(x):return0123456789+-*%() ") for _, c in pairs)
 

@@ -3,7 +3,7 @@
 Two variants (``task.variant``):
 
 * ``tiny`` - a CPU testbed (:mod:`tasks.code.tiny`): infer ``def f(x): return x*3+1`` from three
-  examples; the response is the bare program; 300 problems held out, the rest (1,596) are the RL
+  examples; the response is the bare program; 500 problems held out, the rest (10,165) are the RL
   pool and a share of them, solved, is the warm start.
 * ``full`` - public benchmarks (:mod:`tasks.code.datasets`): HumanEval, MBPP (full, test and train
   splits), sanitized MBPP, DeepCoder LeetCode and PRIME/Eurus LeetCode (functional tests with the
@@ -44,8 +44,8 @@ MAX_RESPONSE_CHARS = 100_000  # longer responses are not graded (parse failure)
 @dataclass
 class TinyConfig:
     hidden: int = 2             # unseen test inputs per problem, on top of the 3 shown
-    heldout: int = 300          # problems held out as eval set "heldout"
-    warmstart_fraction: float = 0.3  # share of the train pool given solved to the warm start
+    heldout: int = 500          # problems held out as eval set "heldout"
+    warmstart_fraction: float = 0.1  # share of the train pool given solved to the warm start
     split_seed: int = 0         # shuffles the problems (and picks the hidden inputs)
     max_new_tokens: int = 32
     eval: dict[str, EvalProtocol] = field(

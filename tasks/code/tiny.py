@@ -1,17 +1,19 @@
 """The tiny code testbed: infer a one-line integer function from three input/output examples.
 
-Prompt ``"f(0)=1 f(1)=4 f(6)=19\\n"``, reference completion ``"def f(x): return x*3+1"``.
+Prompt ``"f(10)=31 f(2)=7 f(5)=16\\n"``, reference completion ``"def f(x): return x*3+1"``.
 Functions come from a few small families (``x*a+b``, ``x*a-b``, ``(x+a)*b``, ``x*x+b``, ``x*a``,
-``x+b``, ``x%a``: 237 distinct functions on 0..12); a problem is a function shown at 0, 1 and
-one more input from 2..9 (1,896 problems): f(0) and f(1) pin down the affine families, the third
-example tells the families apart. Its tests are the shown inputs plus ``hidden`` unseen inputs
-from 0..12 (so a lookup table of the examples fails), each ``assert f(x) == y`` graded through
-the same sandbox as the real benchmarks. Any program that computes the right values passes, not
-only the reference form.
+``x+b``, ``x%a``: 237 distinct functions on 0..12); a problem is a function shown at 10 and two
+more inputs from 0..9 (237 x 45 = 10,665 problems). f(10) spells ``x*a+b`` as the digits "ab",
+so some families are nearly copying and others need arithmetic: a tiny model starts with some
+right and has room to learn the rest. Its tests are the shown inputs plus ``hidden`` unseen
+inputs from 0..12 (so a lookup table of the examples fails), each ``assert f(x) == y`` graded
+through the same sandbox as the real benchmarks. Any program that computes the right values
+passes, not only the reference form.
 """
 
 from __future__ import annotations
 
+import itertools
 import random
 
 from harness.types import Example
@@ -41,8 +43,8 @@ def problems(hidden: int, seed: int) -> list[Example]:
     out = []
     for expr in functions():
         fn = eval(f"lambda x: {expr}")  # trusted: our own generated expression
-        for third in range(2, 10):
-            shown = (0, 1, third)  # f(0) and f(1) pin down the affine families
+        for pair in itertools.combinations(range(10), 2):
+            shown = (10, *pair)  # f(10) spells a*x+b as the digits "ab"; the others vary
             rest = [x for x in range(13) if x not in shown]
             tests = [*shown, *rng.sample(rest, hidden)]
             prompt = " ".join(f"f({x})={fn(x)}" for x in shown) + "\n"
