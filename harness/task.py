@@ -65,6 +65,11 @@ class Task:
         """Training-rollout length used when ``rollout.max_new_tokens`` is null."""
         raise NotImplementedError
 
+    def tool_env(self) -> Any:
+        """The tools a multi-turn task offers (a :class:`harness.tools.ToolEnv`), or None for a
+        single-turn task (the default)."""
+        return None
+
     # -- verification ---------------------------------------------------------------------------
     def verify(self, example: Example, response: str) -> Score:
         """Grade one response. Must never execute model output and never hang."""
