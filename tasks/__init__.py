@@ -1,3 +1,8 @@
 """Built-in tasks. Importing this package registers them (entry point ``rlbench.tasks``)."""
 
-from tasks import code, countdown, math  # noqa: F401  (registers "code", "countdown", "math")
+from tasks import (  # noqa: F401  (registers "agentic_qa", "code", "countdown", "math")
+    agentic_qa,
+    code,
+    countdown,
+    math,
+)

@@ -1,0 +1,114 @@
+"""The tiny agentic testbed: two-hop lookups over a small generated corpus, for a char-level
+model on a CPU.
+
+World: ``n_companies`` companies, each with its own founder; every founder has a manager (from a
+pool of ``n_managers``) and a city (from ``n_cities``); every company also has a city (a
+distractor: a query must name the relation it wants). All names are generated, ASCII, 3-4
+letters, unique and not BM25 stop words. The corpus holds one sentence per fact::
+
+    Zorb's founder is Ann.    Ann's manager is Bo.    Ann's city is Kel.    Zorb's city is Lom.
+
+A question asks for a founder's manager or city: ``"Q: manager of founder of Zorb?\\n"``. Its
+answer is in neither the question nor the first hop's result, so at least two searches are
+needed; the reference completion (the warm-start trace) is one line (cut here)::
+
+    <search>Zorb founder</search><result>Zorb's founder is Ann.</result>
+    <search>Ann manager</search><result>Ann's manager is Bo.</result><answer>Bo</answer>
+
+The results in the trace are produced by calling the task's own :class:`harness.tools.ToolEnv`
+(a :class:`tasks.agentic_qa.tools.BM25Search` over this corpus returning the single best
+sentence), so a warm-started model that issues the same queries gets the same results back.
+"""
+
+from __future__ import annotations
+
+import itertools
+import random
+from dataclasses import dataclass
+
+from harness.tools import ToolEnv
+from harness.types import Example
+from tasks.agentic_qa.tools import Passage
+
+RELATIONS = ("manager", "city")  # the second hop; the first is always "founder"
+CONSONANTS = "bdfgklmnprstvz"
+VOWELS = "aeiou"
+RESERVED = {"founder", "manager", "city", "of", "is", "q", *RELATIONS}
+
+
+@dataclass
+class World:
+    """The generated facts (ordered, deterministic for a seed)."""
+
+    founder: dict[str, str]  # company -> founder
+    manager: dict[str, str]  # founder -> manager
+    person_city: dict[str, str]  # founder -> city
+    company_city: dict[str, str]  # company -> city (distractor)
+
+    def passages(self) -> list[Passage]:
+        facts = []
+        for company, person in self.founder.items():
+            facts.append(f"{company}'s founder is {person}.")
+            facts.append(f"{person}'s manager is {self.manager[person]}.")
+            facts.append(f"{person}'s city is {self.person_city[person]}.")
+            facts.append(f"{company}'s city is {self.company_city[company]}.")
+        return [Passage(f"t{i}", "", text) for i, text in enumerate(facts)]
+
+
+def _names(rng: random.Random, count: int) -> list[str]:
+    """``count`` distinct capitalised CVC / CVCV names (no stop words: bm25s's list has none
+    of this shape but 'not' and 'was', and they are skipped)."""
+    from bm25s.stopwords import STOPWORDS_EN
+
+    pool = ["".join(p) for p in itertools.product(CONSONANTS, VOWELS, CONSONANTS)]
+    pool += ["".join(p) for p in itertools.product(CONSONANTS, VOWELS, CONSONANTS, VOWELS)]
+    pool = [n for n in pool if n not in STOPWORDS_EN and n not in RESERVED]
+    if count > len(pool):
+        raise ValueError(f"tiny agentic_qa: {count} names asked for, {len(pool)} exist")
+    return [n.capitalize() for n in rng.sample(pool, count)]
+
+
+def make_world(n_companies: int, n_managers: int, n_cities: int, seed: int) -> World:
+    rng = random.Random(seed)
+    names = _names(rng, 2 * n_companies + n_managers + n_cities)
+    companies = names[:n_companies]
+    founders = names[n_companies : 2 * n_companies]
+    managers = names[2 * n_companies : 2 * n_companies + n_managers]
+    cities = names[2 * n_companies + n_managers :]
+    return World(
+        founder=dict(zip(companies, founders)),
+        manager={p: rng.choice(managers) for p in founders},
+        person_city={p: rng.choice(cities) for p in founders},
+        company_city={c: rng.choice(cities) for c in companies},
+    )
+
+
+def prompt(relation: str, company: str) -> str:
+    return f"Q: {relation} of founder of {company}?\n"
+
+
+def problems(world: World, relations: tuple[str, ...] | list[str] = RELATIONS) -> list[Example]:
+    """One problem per (company, relation), in a deterministic order."""
+    out = []
+    for company, person in world.founder.items():
+        for rel in relations:
+            if rel not in RELATIONS:
+                raise ValueError(f"tiny agentic_qa: relation {rel!r}; valid: {RELATIONS}")
+            answer = world.manager[person] if rel == "manager" else world.person_city[person]
+            out.append(Example(
+                id=f"tiny/{company}/{rel}", prompt=prompt(rel, company),
+                answer={"answers": [answer]},
+                meta={"dataset": "tiny", "company": company, "relation": rel,
+                      "bridge": person, "queries": [f"{company} founder", f"{person} {rel}"]},
+            ))
+    return out
+
+
+def trace(example: Example, env: ToolEnv) -> str:
+    """The reference multi-turn completion: each planned search, the result the tool env
+    returns for it (exactly as the rollout will insert it), then the answer."""
+    parts = []
+    for query in example.meta["queries"]:
+        result, _ = env.call("search", query)
+        parts.append(f"<search>{query}</search>{result}")
+    return "".join(parts) + f"<answer>{example.answer['answers'][0]}</answer>"
