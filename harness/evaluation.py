@@ -19,6 +19,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from harness.multiturn import generate_multiturn
 from harness.task import EvalSet, Task
 from harness.types import SamplingParams
 
@@ -50,8 +51,12 @@ def evaluate_set(
     params = SamplingParams(n=proto.n, temperature=proto.temperature, top_p=proto.top_p,
                             max_new_tokens=proto.max_new_tokens)
     start = time.perf_counter()
-    prompt_ids = [engine.encode_prompt(ex) for ex in examples]
-    trajs = engine.generate(prompt_ids, params, generator=generator)
+    env = task.tool_env()
+    if env is not None:  # multi-turn: the same tool loop as training rollouts
+        trajs = generate_multiturn(engine, examples, params, env, generator=generator)
+    else:
+        prompt_ids = [engine.encode_prompt(ex) for ex in examples]
+        trajs = engine.generate(prompt_ids, params, generator=generator)
     owners = [examples[i // proto.n] for i in range(len(trajs))]
     scores = task.verify_batch(owners, [t.text for t in trajs])
     n = proto.n
@@ -78,6 +83,9 @@ def evaluate_set(
     for stat in sorted({k for s in scores for k in s.info.get("stats", {})}):
         metrics[f"eval/{name}/{stat}"] = float(
             np.mean([float(s.info.get("stats", {}).get(stat, 0.0)) for s in scores]))
+    if env is not None:
+        metrics[f"eval/{name}/tool_calls_per_answer"] = float(
+            np.mean([len(t.tool_calls) for t in trajs]))
     metrics[f"eval/{name}/samples"] = float(len(trajs))
     metrics[f"time/eval_{name}"] = time.perf_counter() - start
     kept = [

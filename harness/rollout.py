@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from harness.batch import RolloutBatch
+from harness.multiturn import generate_multiturn, tool_metrics
 from harness.registry import register_rollout
 from harness.task import Task
 from harness.types import Example, SamplingParams, Trajectory
@@ -51,8 +52,14 @@ def sample_groups(ctx: RolloutContext, examples: list[Example],
     verify them, shape rewards. Each trajectory records the temperature it was sampled at."""
     sampling = sampling or ctx.sampling
     t0 = time.perf_counter()
-    prompt_ids = [ctx.engine.encode_prompt(ex) for ex in examples]
-    trajs = ctx.engine.generate(prompt_ids, sampling)
+    env = ctx.task.tool_env()
+    if env is not None:  # multi-turn task: segments, tool calls, masked tool results
+        trajs = generate_multiturn(ctx.engine, examples, sampling, env)
+        for key, value in tool_metrics(trajs).items():
+            ctx.metrics[key] = ctx.metrics.get(key, 0.0) + value
+    else:
+        prompt_ids = [ctx.engine.encode_prompt(ex) for ex in examples]
+        trajs = ctx.engine.generate(prompt_ids, sampling)
     for traj in trajs:
         traj.temperature = sampling.temperature
     ctx.add_time("gen", time.perf_counter() - t0)

@@ -44,6 +44,10 @@ class SamplingParams:
     top_k: int = 0  # 0 = no top-k filter
     max_new_tokens: int = 16
     entropy: bool = False  # also return the per-token entropy of the sampling distribution
+    # entropy over the k most likely tokens only, -sum_{top k} p log p with p from the full
+    # softmax (what vLLM's top-k logprobs give; ARPO's branching entropy); 0 = full vocabulary
+    entropy_topk: int = 0
+    stop: tuple[str, ...] = ()  # generation also stops once the response text ends with one
 
 
 @dataclass
@@ -64,6 +68,7 @@ class Trajectory:
     entropy: torch.Tensor | None = None
     loss_mask: list[int] | None = None
     finish_reason: str = "stop"
+    stop_string: str | None = None  # the ``SamplingParams.stop`` string that ended it, if any
     text: str = ""
     group_id: int = 0
     example: Example | None = None

@@ -106,6 +106,21 @@ class HFEngine:
             self._build_optimizer(optim_cfg, total_steps)
 
     # -- rollout --------------------------------------------------------------------------------
+    def decode(self, ids: list[int]) -> str:
+        """Response text of ``ids`` (EOS and other special tokens dropped)."""
+        return self.tokenizer.decode(ids, skip_special_tokens=True)
+
+    def encode_text(self, text: str) -> list[int]:
+        """Token ids of a text span appended mid-response (a tool result), no special tokens."""
+        return self.tokenizer.encode(text, add_special_tokens=False)
+
+    def _piece(self, token_id: int) -> str:
+        """The text of one token (cached), for stop-string matching during sampling."""
+        cache = self.__dict__.setdefault("_pieces", {})
+        if token_id not in cache:
+            cache[token_id] = self.tokenizer.decode([token_id], skip_special_tokens=True)
+        return cache[token_id]
+
     def encode_prompt(self, example: Example) -> list[int]:
         if isinstance(example.prompt, str):
             return self.tokenizer.encode(example.prompt, add_special_tokens=False)
@@ -128,8 +143,10 @@ class HFEngine:
         for start in range(0, len(prompts), size):
             chunk = prompts[start : start + size]
             out.extend(self._sample(chunk, params, generator or self.generator))
+        eos = set(self.eos_token_ids)
         texts = self.tokenizer.batch_decode(
-            [t.response_ids[:-1] if t.finish_reason == "stop" else t.response_ids for t in out],
+            [t.response_ids[:-1] if t.response_ids and t.response_ids[-1] in eos
+             else t.response_ids for t in out],
             skip_special_tokens=True,
         )
         for i, (traj, text) in enumerate(zip(out, texts)):
@@ -167,6 +184,10 @@ class HFEngine:
         lengths = torch.full((N,), T, dtype=torch.long, device=self.device)
         next_pos = pos[:, -1:] + 1
         steps = 0
+        stops = tuple(params.stop)
+        keep = max((len(s) for s in stops), default=0)
+        tails = [""] * N  # the last ``keep`` characters of each response, for stop strings
+        matched: list[str | None] = [None] * N
         for t in range(T):
             logits = out.logits[:, -1, :].float() / params.temperature
             logp_all = F.log_softmax(logits, dim=-1)
@@ -177,8 +198,16 @@ class HFEngine:
             tokens[:, t] = nxt
             logps[:, t] = logp_all.gather(-1, nxt[:, None]).squeeze(-1)
             if params.entropy:
-                ents[:, t] = -(logp_all.exp() * logp_all).nan_to_num().sum(-1)
+                ent_logp = (logp_all.topk(params.entropy_topk, -1).values
+                            if params.entropy_topk > 0 else logp_all)
+                ents[:, t] = -(ent_logp.exp() * ent_logp).nan_to_num().sum(-1)
             hit = ~done & torch.isin(nxt, eos)
+            if stops:
+                for i in (~done & ~hit).nonzero().flatten().tolist():
+                    tails[i] = (tails[i] + self._piece(int(nxt[i])))[-keep:]
+                    matched[i] = next((s for s in stops if tails[i].endswith(s)), None)
+                    if matched[i] is not None:
+                        hit[i] = True
             lengths = torch.where(hit, torch.full_like(lengths, t + 1), lengths)
             done = done | hit
             steps = t + 1
@@ -200,6 +229,7 @@ class HFEngine:
                     logprobs=logps[i, :n].clone(),
                     entropy=ents[i, :n].clone() if params.entropy else None,
                     finish_reason="stop" if bool(done[i]) else "length",
+                    stop_string=matched[i] if stops else None,
                 )
             )
         return trajs
