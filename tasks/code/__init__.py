@@ -3,7 +3,7 @@
 Two variants (``task.variant``):
 
 * ``tiny`` - a CPU testbed (:mod:`tasks.code.tiny`): infer ``def f(x): return x*3+1`` from three
-  examples; the response is the bare program; 500 problems held out, the rest (10,165) are the RL
+  examples; the response is the bare program; 500 problems held out, the rest (7,195) are the RL
   pool and a share of them, solved, is the warm start.
 * ``full`` - public benchmarks (:mod:`tasks.code.datasets`): HumanEval, MBPP (full, test and train
   splits), sanitized MBPP, DeepCoder LeetCode and PRIME/Eurus LeetCode (functional tests with the

@@ -1,14 +1,14 @@
 """The tiny code testbed: infer a one-line integer function from three input/output examples.
 
 Prompt ``"f(10)=31 f(2)=7 f(5)=16\\n"``, reference completion ``"def f(x): return x*3+1"``.
-Functions come from a few small families (``x*a+b``, ``x*a-b``, ``(x+a)*b``, ``x*x+b``, ``x*a``,
-``x+b``, ``x%a``: 237 distinct functions on 0..12); a problem is a function shown at 10 and two
-more inputs from 0..9 (237 x 45 = 10,665 problems). f(10) spells ``x*a+b`` as the digits "ab",
-so some families are nearly copying and others need arithmetic: a tiny model starts with some
-right and has room to learn the rest. Its tests are the shown inputs plus ``hidden`` unseen
-inputs from 0..12 (so a lookup table of the examples fails), each ``assert f(x) == y`` graded
-through the same sandbox as the real benchmarks. Any program that computes the right values
-passes, not only the reference form.
+Functions come from five small families (``x*a+b``, ``x*a``, ``x+b``, ``x*x+b``, ``x*a-b``: 171
+distinct functions); a problem is a function shown at 10 and two more inputs from 0..9
+(171 x 45 = 7,695 problems). f(10) spells ``x*a+b``, ``x*a``, ``x+b`` and ``x*x+b`` almost
+digit by digit (31, 30, 13, 103), while ``x*a-b`` (f(10) = 10a - b) needs arithmetic: a tiny
+model starts with part of it right and has room to learn the rest. Its tests are the shown
+inputs plus ``hidden`` unseen inputs from 0..12 (so a lookup table of the examples fails), each
+``assert f(x) == y`` graded through the same sandbox as the real benchmarks. Any program that
+computes the right values passes, not only the reference form.
 """
 
 from __future__ import annotations
@@ -25,11 +25,9 @@ def functions() -> list[str]:
     """Every expression of the tiny families (deduplicated by their values on 0..12)."""
     exprs = [f"x*{a}+{b}" for a in range(2, 10) for b in range(1, 10)]
     exprs += [f"x*{a}-{b}" for a in range(2, 10) for b in range(1, 10)]
-    exprs += [f"(x+{a})*{b}" for a in range(1, 10) for b in range(2, 10)]
     exprs += [f"x*x+{b}" for b in range(10)]
     exprs += [f"x*{a}" for a in range(2, 10)]
     exprs += [f"x+{b}" for b in range(1, 10)]
-    exprs += [f"x%{a}" for a in range(2, 10)]
     seen: dict[tuple[int, ...], str] = {}
     for e in exprs:
         seen.setdefault(tuple(eval(e, {"x": x}) for x in range(13)), e)  # trusted, ours
