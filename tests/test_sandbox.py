@@ -147,3 +147,21 @@ def test_decode_rejects_malformed_or_deep_values():
 def test_python_executable_is_the_base_interpreter():
     assert Path(sb.python_executable()).exists()
     assert ".venv" not in sb.python_executable() or sys.prefix == sys.base_prefix
+
+
+def test_the_fork_server_also_works_in_the_fallback(monkeypatch):
+    monkeypatch.setenv(sb.ENV_VAR, "rlimits")
+    monkeypatch.setattr(sb, "_warned", True)
+    server = ForkServer()
+    try:
+        ns = server.load("def f(x):\n    return 2 * x + 1\n", timeout=5, cpu_s=5,
+                         call_timeout=5).namespace()
+        assert ns["f"](3) == 7 and server.isolation == "rlimits"
+        slow = server.load("def f():\n    while True: pass\n", timeout=5, cpu_s=5,
+                           call_timeout=0.5).namespace()
+        with pytest.raises(RemoteError):
+            slow["f"]()
+        out = server.run_stdio("print(int(input()) + 1)", "41\n", timeout=5, cpu_s=5)
+        assert out.stdout == b"42\n" and out.exit_code == 0
+    finally:
+        server.close()
