@@ -123,6 +123,7 @@ class BM25Search:
                                         str(row.get("text", row.get("contents", "")))))
             else:
                 passages.append(Passage(str(i), "", str(row)))
+        retriever.corpus = None  # retrieve() then returns row numbers, as for our own indexes
         self = cls.__new__(cls)
         self.passages = passages
         self.k = kwargs.get("k", 3)
