@@ -55,8 +55,37 @@ class ModelConfig:
     task_variant: str = "full"  # the task variant a model of this size is meant for
     cache_dir: str | None = None  # tiny models: where built models live (default ~/.cache/rlbench)
     attn_implementation: str | None = None  # eager | sdpa | flash_attention_2; null: transformers'
+    chat_template: str | None = None  # null: the tokenizer's own; a Jinja string replaces it
     arch: TinyArchConfig = field(default_factory=TinyArchConfig)
     pretrain: PretrainConfig = field(default_factory=PretrainConfig)
+
+
+@dataclass
+class VLLMBackendConfig:
+    """The vLLM rollout engine (harness/backends/vllm_engine.py); GPU only."""
+
+    tensor_parallel_size: int = 1
+    gpu_memory_utilization: float = 0.35  # of the GPU's total memory; must be free at start
+    enforce_eager: bool = False  # true: no CUDA graphs (faster start, slower decode)
+    sleep_level: int = 2  # 0: stay resident; 1: weights to host RAM; 2: drop weights + KV cache
+    max_num_batched_tokens: int = 8192
+    max_num_seqs: int = 256
+    enable_prefix_caching: bool = True  # the n samples of a prompt share its prefill
+    load_format: str = "dummy"  # dummy: no checkpoint read; the train engine's weights are pushed
+    max_model_len: int | None = None  # null: the model's context length
+
+
+@dataclass
+class MegatronBackendConfig:
+    """The megatron-core train engine (harness/backends/megatron_engine.py); GPU only."""
+
+    tensor_parallel_size: int = 1
+    pipeline_parallel_size: int = 1  # > 1 is refused (the trainer drives micro-batches itself)
+    sequence_parallel: bool = False  # needs transformer_impl=transformer_engine
+    use_distributed_optimizer: bool = True
+    grad_reduce_in_fp32: bool = True
+    recompute_granularity: str | None = None  # null | full | selective (activation checkpointing)
+    transformer_impl: str = "local"  # local (pure PyTorch) | transformer_engine
 
 
 @dataclass
@@ -68,6 +97,8 @@ class BackendConfig:
     dtype: str = "float32"  # float32 | bfloat16 | float16
     threads: int = 0  # torch CPU threads; 0 = leave torch's default
     gen_batch_size: int = 1024  # most sequences generated in one batch
+    vllm: VLLMBackendConfig = field(default_factory=VLLMBackendConfig)
+    megatron: MegatronBackendConfig = field(default_factory=MegatronBackendConfig)
 
 
 @dataclass
@@ -79,6 +110,16 @@ class OptimConfig:
     grad_clip: float = 1.0
     warmup_steps: int = 0
     schedule: str = "constant"  # constant | cosine | linear (decay to 0 at trainer.steps)
+
+
+@dataclass
+class RolloutCorrectionConfig:
+    """Truncated importance sampling for the rollout/trainer mismatch (harness/
+    rollout_correction.py): weights exp(log pi_old - log pi_rollout) per token or per sequence,
+    capped (``truncate``) or zeroed above the cap (``mask``), multiplying the policy loss."""
+
+    mode: str = "none"  # none | token_truncate | token_mask | sequence_truncate | sequence_mask
+    cap: float = 2.0  # upper bound of the weight (verl's rollout_is_threshold)
 
 
 @dataclass
@@ -101,6 +142,7 @@ class TrainerConfig:
     skip_zero_gradient: bool = True  # leave out samples whose loss gradient is exactly zero
     max_wall_s: float | None = None  # stop (cleanly, with a checkpoint) after this many seconds
     status_every: int = 1  # one status line every N steps (0 = off)
+    rollout_correction: RolloutCorrectionConfig = field(default_factory=RolloutCorrectionConfig)
     optim: OptimConfig = field(default_factory=OptimConfig)
 
 
@@ -154,6 +196,11 @@ _CHOICES = {
     "trainer.optim.schedule": ("constant", "cosine", "linear"),
     "backend.dtype": ("float32", "bfloat16", "float16"),
     "model.arch.architecture": ("qwen2", "llama"),
+    "trainer.rollout_correction.mode": ("none", "token_truncate", "token_mask",
+                                        "sequence_truncate", "sequence_mask"),
+    "backend.vllm.sleep_level": (0, 1, 2),
+    "backend.megatron.transformer_impl": ("local", "transformer_engine"),
+    "backend.megatron.recompute_granularity": (None, "full", "selective"),
 }
 
 
@@ -171,11 +218,19 @@ def validate_config(cfg: DictConfig) -> None:
         name = OmegaConf.select(cfg, key)
         if name not in registry:
             raise ConfigError(f"{key}: {registry._unknown_message(name)}")
+        if registry is BACKENDS and getattr(BACKENDS.get(name), "requires_cuda", False):
+            import torch
+
+            if not torch.cuda.is_available():
+                raise ConfigError(f"{key}={name!r} needs a CUDA GPU and none is visible; "
+                                  "on this machine use backend=hf")
     for key in ("trainer.steps", "data.prompts_per_step", "rollout.n", "trainer.epochs"):
         if OmegaConf.select(cfg, key) < 1:
             raise ConfigError(f"{key} must be >= 1, got {OmegaConf.select(cfg, key)}")
     if cfg.rollout.temperature <= 0:
         raise ConfigError(f"rollout.temperature must be > 0, got {cfg.rollout.temperature}")
+    if cfg.trainer.rollout_correction.cap <= 0:
+        raise ConfigError("trainer.rollout_correction.cap must be > 0")
     if cfg.trainer.eval_every < 0:
         raise ConfigError("trainer.eval_every must be >= 0 (0 = never)")
     # algorithm: its bundle and every building block
