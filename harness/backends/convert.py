@@ -64,6 +64,9 @@ def arch_from_hf_config(config: Any) -> ArchSpec:
     if model_type not in SUPPORTED_MODEL_TYPES:
         raise ValueError(f"no Megatron conversion for model_type={model_type!r}; supported: "
                          f"{', '.join(SUPPORTED_MODEL_TYPES)} (use backend=hf)")
+    if model_type == "mistral" and getattr(config, "sliding_window", None):
+        raise ValueError("sliding-window attention (Mistral v0.1/v0.2) has no Megatron mapping "
+                         "here; use backend=vllm_hf")
     heads = config.num_attention_heads
     head_dim = getattr(config, "head_dim", None) or config.hidden_size // heads
     return ArchSpec(

@@ -1,0 +1,225 @@
+"""vLLM rollout engine (GPU only), colocated with the train engine on the same GPUs.
+
+vLLM runs inside the training process (``distributed_executor_backend="external_launcher"``:
+one worker per torchrun rank, reusing the trainer's process group; a world of one without
+torchrun), so the train engine's weights reach it without a disk round trip or a second process:
+``model.load_weights`` takes (HF name, full tensor) pairs, fuses q/k/v and gate/up and takes its
+own tensor-parallel slice. The phases share GPU memory through sleep mode::
+
+    update_weights: wake_up(["weights"]) -> load_weights(train_engine.export_hf_weights())
+                    -> reset_prefix_cache() -> wake_up(["kv_cache"])
+    generate        (awake)
+    sleep():        sleep(level)      called by the trainer when the rollout phase ends
+
+Level 2 (default) drops weights and KV cache, so the weights pushed by the next update are the
+only ones it ever samples from; the engine refuses to generate from dropped weights.
+
+Token-in/token-out: prompts go in as ``{"prompt_token_ids": ids}``, responses come back as
+ids with the sampled token's log-prob (``logprobs=0``, ``logprobs_mode="processed_logprobs"``:
+after temperature, which is the trainer's log softmax(logits / T); with top-p/top-k < full the
+processed log-probs are renormalised over the kept tokens, so keep them off for RL). These
+behaviour log-probs become ``rollout_logprobs``; the trainer compares them with its own
+(``rollout_corr/*`` metrics) and can correct with truncated importance sampling.
+
+Seeds: every call draws a base seed from the engine's generator; prompt i gets seed
+``base + i * n`` (vLLM gives the j-th of n samples ``seed + j``), so a run is reproducible for a
+given vLLM build and batch, and every rank of a tensor-parallel group samples the same thing, as
+external_launcher requires. Data-parallel ranks offset the base by their rank.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Iterable
+from typing import Any
+
+import torch
+
+from harness.backends.distributed import ensure_distributed, require_cuda
+from harness.types import Example, SamplingParams, Trajectory
+
+VLLM_MAX_TEMPERATURE = 2.0  # vLLM's SamplingParams rejects larger temperatures
+
+
+def sampling_kwargs(params: SamplingParams, seed: int | None,
+                    stop: list[str] | None = None) -> dict[str, Any]:
+    """vLLM ``SamplingParams`` keyword arguments for the harness's sampling parameters."""
+    if not 0 < params.temperature <= VLLM_MAX_TEMPERATURE:
+        raise ValueError(f"temperature {params.temperature}: vLLM samples in (0, "
+                         f"{VLLM_MAX_TEMPERATURE}]; use backend=hf for hotter sampling")
+    kwargs: dict[str, Any] = {
+        "n": params.n,
+        "temperature": params.temperature,
+        "top_p": params.top_p,
+        "top_k": params.top_k if params.top_k > 0 else 0,  # 0 = off in vLLM too
+        "max_tokens": params.max_new_tokens,  # vLLM's default is 16: always set
+        "logprobs": 0,  # only the sampled token's log-prob
+        "seed": seed,
+        "detokenize": False,  # token-out: the harness decodes with its own tokenizer
+        "skip_special_tokens": True,
+    }
+    if stop:  # tool tags: stop strings need detokenisation
+        kwargs.update(stop=list(stop), detokenize=True, include_stop_str_in_output=True)
+    return kwargs
+
+
+def llm_kwargs(model_path: str, vcfg: Any, seed: int, dtype: str, max_model_len: int | None,
+               ) -> dict[str, Any]:
+    """``vllm.LLM`` keyword arguments for a colocated RL rollout engine."""
+    kwargs: dict[str, Any] = {
+        "model": model_path,
+        "tensor_parallel_size": vcfg.tensor_parallel_size,
+        "dtype": dtype,  # never "auto": a float32 config would become float16
+        "seed": seed,
+        "gpu_memory_utilization": vcfg.gpu_memory_utilization,
+        "enforce_eager": vcfg.enforce_eager,
+        "enable_sleep_mode": vcfg.sleep_level > 0,
+        "distributed_executor_backend": "external_launcher",
+        "logprobs_mode": "processed_logprobs",
+        "max_num_batched_tokens": vcfg.max_num_batched_tokens,
+        "max_num_seqs": vcfg.max_num_seqs,
+        "enable_prefix_caching": vcfg.enable_prefix_caching,
+        "load_format": vcfg.load_format,
+        "generation_config": "vllm",  # the harness's sampling parameters, not the model's
+    }
+    if max_model_len:
+        kwargs["max_model_len"] = max_model_len
+    return kwargs
+
+
+def parse_outputs(outputs: Iterable[Any], prompts: list[list[int]], n: int
+                  ) -> list[Trajectory]:
+    """vLLM ``RequestOutput``s (in prompt order) -> trajectories, prompt-major. The sampled
+    token's log-prob is read at ``token_ids[i]`` from position i's log-prob dict."""
+    trajs: list[Trajectory] = []
+    outputs = list(outputs)
+    if len(outputs) != len(prompts):
+        raise RuntimeError(f"vLLM returned {len(outputs)} outputs for {len(prompts)} prompts")
+    for prompt, out in zip(prompts, outputs):
+        if len(out.outputs) != n:
+            raise RuntimeError(f"vLLM returned {len(out.outputs)} samples, expected n={n}")
+        for comp in out.outputs:
+            ids = list(comp.token_ids)
+            if comp.logprobs is None or len(comp.logprobs) != len(ids):
+                raise RuntimeError("vLLM returned no per-token log-probs (logprobs=0 expected)")
+            lp = torch.tensor([float(pos[tok].logprob) for pos, tok in zip(comp.logprobs, ids)],
+                              dtype=torch.float32)
+            trajs.append(Trajectory(prompt_ids=list(prompt), response_ids=ids, logprobs=lp,
+                                    finish_reason="length" if comp.finish_reason == "length"
+                                    else "stop"))
+    return trajs
+
+
+def hf_weights(train_engine: Any) -> Iterable[tuple[str, torch.Tensor]]:
+    """(HF name, full tensor) pairs of a train engine: its own export (Megatron gathers and
+    unfuses), else a transformers model's parameters as they are."""
+    export = getattr(train_engine, "export_hf_weights", None)
+    if export is not None:
+        return export()
+    return ((name, p.detach()) for name, p in train_engine.model.named_parameters())
+
+
+def _make_llm(**kwargs: Any) -> Any:
+    from vllm import LLM
+
+    return LLM(**kwargs)
+
+
+def _make_sampling(**kwargs: Any) -> Any:
+    from vllm import SamplingParams as VSamplingParams
+
+    return VSamplingParams(**kwargs)
+
+
+class VLLMEngine:
+    """``RolloutEngine`` over an in-process ``vllm.LLM``; receives weights from a train engine.
+    ``llm_factory`` / ``sampling_factory`` replace vLLM in tests (a fake ``LLM``)."""
+
+    receives_weights = True  # update_weights really copies: separate train engines are fine
+    requires_cuda = True
+
+    def __init__(self, model_path: str, backend_cfg: Any, seed: int, optim_cfg: Any = None,
+                 total_steps: int = 1, need_reference: bool = False,
+                 attn_implementation: str | None = None,
+                 llm_factory: Callable[..., Any] | None = None,
+                 sampling_factory: Callable[..., Any] | None = None) -> None:
+        from harness.models.tiny import load_tokenizer
+
+        if llm_factory is None:
+            require_cuda("vllm")
+            ensure_distributed()
+        vcfg = backend_cfg.vllm
+        self.vcfg = vcfg
+        self.tokenizer = load_tokenizer(model_path)
+        self.pad_token_id = (self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None
+                             else self.tokenizer.eos_token_id)
+        self.dp_rank = int(os.environ.get("RANK", "0")) // max(vcfg.tensor_parallel_size, 1)
+        self.device = torch.device("cpu")  # where seed generators live (evaluation makes one)
+        self.generator = torch.Generator().manual_seed(seed)
+        self._sampling = sampling_factory or _make_sampling
+        self.llm = (llm_factory or _make_llm)(**llm_kwargs(
+            model_path, vcfg, seed + self.dp_rank, backend_cfg.dtype, vcfg.max_model_len))
+        self.sleep_level = vcfg.sleep_level
+        self.asleep = False
+        # load_format=dummy: random weights until the first update_weights
+        self.weights_valid = vcfg.load_format != "dummy"
+        self.stop: list[str] | None = None  # tool tags (multi-turn tasks set them)
+
+    # -- rollout --------------------------------------------------------------------------------
+    def encode_prompt(self, example: Example) -> list[int]:
+        if isinstance(example.prompt, str):
+            return self.tokenizer.encode(example.prompt, add_special_tokens=False)
+        return list(self.tokenizer.apply_chat_template(
+            example.prompt, add_generation_prompt=True, tokenize=True, return_dict=False))
+
+    def generate(self, prompts: list[list[int]], params: SamplingParams,
+                 generator: torch.Generator | None = None) -> list[Trajectory]:
+        if not self.weights_valid:
+            raise RuntimeError("vLLM holds no valid weights (dummy load or sleep level 2): "
+                               "call update_weights(train_engine) first")
+        if self.asleep:  # level 1 kept the weights in host memory
+            self.llm.wake_up()
+            self.asleep = False
+        gen = generator or self.generator
+        base = int(torch.randint(0, 2**30, (1,), generator=gen)) + self.dp_rank * 2**30
+        per_prompt = [self._sampling(**sampling_kwargs(params, base + i * params.n, self.stop))
+                      for i in range(len(prompts))]
+        outputs = self.llm.generate([{"prompt_token_ids": list(p)} for p in prompts],
+                                    sampling_params=per_prompt, use_tqdm=False)
+        trajs = parse_outputs(outputs, prompts, params.n)
+        texts = self.tokenizer.batch_decode(
+            [t.response_ids[:-1] if t.finish_reason == "stop" else t.response_ids for t in trajs],
+            skip_special_tokens=True)
+        for i, (traj, text) in enumerate(zip(trajs, texts)):
+            traj.text, traj.group_id = text, i // params.n
+        return trajs
+
+    def sleep(self) -> None:
+        """Free the GPU for training (the trainer calls this when the rollout phase ends)."""
+        if self.sleep_level > 0 and not self.asleep:
+            self.llm.sleep(level=self.sleep_level)
+            self.asleep = True
+            if self.sleep_level >= 2:
+                self.weights_valid = False
+
+    def update_weights(self, train_engine: Any) -> None:
+        """Copy the train engine's current weights in, layer by layer, without disk."""
+        if self.asleep:
+            self.llm.wake_up(tags=["weights"])
+        self._model().load_weights(hf_weights(train_engine))
+        self.llm.reset_prefix_cache()  # cached prefixes were computed with the old weights
+        if self.asleep:
+            self.llm.wake_up(tags=["kv_cache"])
+            self.asleep = False
+        self.weights_valid = True
+
+    def _model(self) -> Any:
+        # external_launcher keeps the engine core in this process, so the worker's model is
+        # reachable (the path TRL's colocate mode uses)
+        return self.llm.llm_engine.model_executor.driver_worker.model_runner.model
+
+    # -- train-engine surface the trainer may touch -------------------------------------------
+    lr = 0.0
+
+    def save(self, path: Any) -> None:  # weights are the train engine's to save
+        pass
