@@ -3,8 +3,10 @@ MLflow (``rlbench board``).
 
 Every number on a leaderboard must trace back to logged runs, so nothing here is typed by hand:
 ``build_leaderboards`` queries the MLflow tracking store, keeps FINISHED training runs only (others
-are counted in a footnote; leaderboard runs, ``rlbench.kind=leaderboard``, are skipped), groups
-them by (task, task_variant, model) and writes one directory per group with
+are counted in a footnote; leaderboard runs, ``rlbench.kind=leaderboard``, are skipped;
+``rlbench eval`` runs, ``rlbench.kind=eval``, are kept, labelled ``<algorithm>@eval`` by their
+``rlbench.variant`` tag), groups them by (task, task_variant, model) and writes one directory
+per group with
 
 - ``leaderboard.md``/``.csv``: one row per algorithm (``algorithm@variant`` when the run carries a
   variant, see ``conf/board/default.yaml``) and sampling temperature; per eval set pass@1, pass@k
@@ -189,7 +191,8 @@ def _search(client: MlflowClient, exp_id: str, filter_string: str) -> list[Mlflo
             [exp_id], filter_string=filter_string, run_view_type=ViewType.ACTIVE_ONLY,
             max_results=_PAGE, order_by=["attributes.start_time ASC"], page_token=token,
         )
-        runs.extend(r for r in page if r.data.tags.get(KIND_TAG, "train") == "train")
+        # training runs and ``rlbench eval`` runs (rows ``<algorithm>@eval``); not leaderboards
+        runs.extend(r for r in page if r.data.tags.get(KIND_TAG, "train") in ("train", "eval"))
         token = page.token
         if not token:
             break

@@ -6,10 +6,12 @@
     rlbench train algorithm=grpo task=countdown model=tiny seed=0 [key=value ...]
     rlbench sweep algorithm=grpo,dr_grpo seed=0,1,2 [hydra/launcher=joblib ...]   (multirun)
     rlbench sweep sweep=countdown_baselines        a named sweep from conf/sweep/
-    rlbench eval checkpoint=<dir> | run_id=<mlflow run id> [key=value ...]
+    rlbench eval [checkpoint=<dir> | run_id=<mlflow run id>] [key=value ...]   (MLflow-logged)
     rlbench board [--experiment NAME] [--out DIR] [--tracking-uri URI] [--baseline ALG]
                   [--config conf/board/default.yaml] [--no-mlflow]
     rlbench ui [--port 5000]                       MLflow UI on 127.0.0.1
+    rlbench train|sweep track=lantern [key=value ...]   a track outside the LLM loop (its own
+    rlbench board --track lantern                        Hydra config, e.g. conf/lantern/)
 
 ``train`` and ``sweep`` are Hydra apps: every ``key=value`` is a Hydra override, and sweeps use
 Hydra's launchers (basic, joblib, submitit_local / submitit_slurm, ray). A cell whose MLflow run
@@ -204,18 +206,38 @@ def cmd_eval(overrides: list[str]) -> None:
     from harness.eval_cli import evaluate_checkpoint
 
     target = [o for o in overrides if o.startswith(("checkpoint=", "run_id="))]
-    if len(target) != 1:
-        _fail("eval needs exactly one of checkpoint=<dir> or run_id=<mlflow run id>")
+    if len(target) > 1:
+        _fail("eval takes at most one of checkpoint=<dir> or run_id=<mlflow run id> "
+              "(neither: the configured model itself)")
     rest = [o for o in overrides if o not in target]
-    key, _, value = target[0].partition("=")
+    key, _, value = target[0].partition("=") if target else ("model", "", "")
     metrics = evaluate_checkpoint(key, value, compose_config(rest))
     print(json.dumps(metrics, indent=2, sort_keys=True))
+
+
+def split_track(overrides: list[str]) -> tuple[str | None, list[str]]:
+    """``track=<name>`` picks a track outside the LLM training loop (``harness.registry.TRACKS``);
+    the other overrides go to that track's own Hydra config."""
+    tracks = [o for o in overrides if o.startswith("track=")]
+    if not tracks:
+        return None, overrides
+    return tracks[-1].partition("=")[2], [o for o in overrides if not o.startswith("track=")]
 
 
 def cmd_board(args: argparse.Namespace) -> None:
     from harness.board import build_leaderboards
     from harness.tracking import resolve_tracking_uri
 
+    if args.track:  # a track's board has its own default experiment and output dir
+        from harness.registry import TRACKS
+
+        for path in TRACKS.get(args.track).build_board(
+                resolve_tracking_uri(args.uri), args.experiment, args.out,
+                log_to_mlflow=args.mlflow):
+            print(path)
+        return
+    args.experiment = args.experiment or "rlbench"
+    args.out = args.out or "leaderboards"
     written = build_leaderboards(resolve_tracking_uri(args.uri), args.experiment, args.out,
                                  baseline=args.baseline, config=args.config,
                                  log_to_mlflow=args.mlflow)
@@ -250,8 +272,8 @@ def main(argv: list[str] | None = None) -> None:
     p = sub.add_parser("pretrain", help="warm-start and cache the tiny model")
     p.add_argument("--force", action="store_true", help="rebuild even when cached")
     p = sub.add_parser("board", help="leaderboards from MLflow runs")
-    p.add_argument("--experiment", default="rlbench")
-    p.add_argument("--out", default="leaderboards")
+    p.add_argument("--experiment", default=None, help="default: rlbench (a track: its own)")
+    p.add_argument("--out", default=None, help="default: leaderboards (a track: its own)")
     p.add_argument("--tracking-uri", "--uri", dest="uri", default=None,
                    help="tracking URI (default: as for runs)")
     p.add_argument("--baseline", default=None,
@@ -260,6 +282,8 @@ def main(argv: list[str] | None = None) -> None:
                    help="board config: baseline and pairings (default conf/board/default.yaml)")
     p.add_argument("--no-mlflow", dest="mlflow", action="store_false",
                    help="do not log the leaderboards as MLflow runs")
+    p.add_argument("--track", default=None,
+                   help="the leaderboard of a track outside the LLM loop (e.g. lantern)")
     p = sub.add_parser("ui", help="MLflow UI on 127.0.0.1")
     p.add_argument("--port", type=int, default=5000)
     p.add_argument("--uri", default=None)
@@ -269,8 +293,13 @@ def main(argv: list[str] | None = None) -> None:
         if any(o in ("-h", "--help") for o in overrides):
             print(__doc__)
             return
+        track, overrides = split_track(overrides)
         if command == "eval":
             _guarded(cmd_eval, overrides)
+        elif track is not None:
+            from harness.registry import TRACKS
+
+            _guarded(lambda: TRACKS.get(track).run_hydra(overrides, command == "sweep"))
         else:
             run_hydra(overrides, multirun=command == "sweep")
         return
