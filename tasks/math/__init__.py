@@ -72,12 +72,13 @@ def _full_eval_default() -> dict[str, EvalProtocol]:
 
 @dataclass
 class TinyConfig:
-    heldout: int = 250            # problems held out per family (eval sets "linear", "arith")
+    heldout: int = 100            # problems held out per family (eval sets "linear", "arith")
     warmstart_fraction: float = 0.3  # share of the train pool given solved to the warm start
     split_seed: int = 0
     max_new_tokens: int = 40
     eval: dict[str, EvalProtocol] = field(default_factory=lambda: {
-        name: EvalProtocol(n=8, k=[1, 8], temperature=1.0, top_p=1.0, max_new_tokens=40)
+        name: EvalProtocol(n=8, k=[1, 8], temperature=1.0, top_p=1.0, max_new_tokens=40,
+                           maj_k=[8])
         for name in tiny.FAMILIES})
 
 

@@ -33,6 +33,15 @@ def _on_alarm(signum: int, frame: object) -> None:
     raise _Timeout
 
 
+def _key(value: object) -> str:
+    """Canonical string of a parsed answer, so that 0.75 and 3/4 vote together in maj@k."""
+    if getattr(value, "is_Float", False):
+        from sympy import nsimplify
+
+        value = nsimplify(value, rational=True)
+    return str(value)[:200]
+
+
 def main(fd: int, memory_mb: int) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's business
     signal.signal(signal.SIGALRM, _on_alarm)
@@ -46,7 +55,11 @@ def main(fd: int, memory_mb: int) -> None:
     # it warns on every call that its own timeout is off; the alarm below is the timeout
     logging.getLogger("math_verify").setLevel(logging.ERROR)
 
+    # the first parse builds math-verify's LaTeX grammar (about a second): not an item's time
+    half = parse("\\boxed{\\frac{1}{2}}", parsing_timeout=None)
+    verify(half, parse("$0.5$", parsing_timeout=None), timeout_seconds=None)
     conn = Connection(fd)
+    conn.send("ready")  # the parent's per-item deadlines start counting from here
     golds: dict[str, object] = {}  # gold answer string -> parsed gold (each parsed once)
 
     def parsed_gold(gold: str) -> object:
@@ -72,7 +85,7 @@ def main(fd: int, memory_mb: int) -> None:
                     status = "gold_error"
                 else:
                     p = parse("\\boxed{" + pred + "}", parsing_timeout=None)
-                    key = str(p[0])[:200] if p else None
+                    key = _key(p[0]) if p else None
                     correct = bool(p) and bool(verify(g, p, timeout_seconds=None))
             except _Timeout:
                 correct, status = False, "timeout"

@@ -48,6 +48,7 @@ class GraderConfig:
     workers: int | None = None   # worker processes (null = CPU cores, at most 8)
     timeout_s: float = 5.0       # per item (parse + verify), enforced inside the worker
     kill_grace_s: float = 2.0    # the parent kills a worker this long after an item's timeout
+    startup_timeout_s: float = 120.0  # a worker that has not started by then is replaced
     max_answer_chars: int = 1000  # longer extracted answers are not graded (status too_long)
     memory_mb: int = 4096        # address-space limit of each worker (0 = none)
     cache_size: int = 200_000    # (gold, answer) pairs remembered by the parent
@@ -76,6 +77,7 @@ class _Proc:
         self.conn = Connection(parent.detach())
         self.pending: deque[int] = deque()
         self.since = time.monotonic()  # when the head item started (last progress)
+        self.ready = False  # the worker has imported math-verify (start-up is not timed out)
 
     def kill(self) -> None:
         self.proc.kill()
@@ -156,7 +158,6 @@ class MathGrader:
         queue: deque[int] = deque(range(len(pairs)))
         # small chunks when there is little work, so every worker gets some
         chunk = max(1, min(cfg.chunk_size, -(-len(pairs) // (2 * self.n_workers))))
-        deadline = cfg.timeout_s + cfg.kill_grace_s
         remaining = len(pairs)
         while remaining:
             for p in self._procs:  # keep every worker busy with one chunk at a time
@@ -171,13 +172,19 @@ class MathGrader:
                         p.pending.clear()
                         self._replace(p, results, queue, "error")
             busy = {p.conn: p for p in self._procs if p.pending}
+            if not busy:  # a worker was just replaced; dispatch again
+                continue
             now = time.monotonic()
-            wait_s = max(0.0, min(p.since + deadline - now for p in busy.values()))
+            wait_s = max(0.0, min(p.since + self._limit(p) - now for p in busy.values()))
             for conn in wait(list(busy), timeout=wait_s):
                 p = busy[conn]  # type: ignore[index]
                 try:
                     while conn.poll():
-                        seq, correct, status, key = conn.recv()
+                        msg = conn.recv()
+                        if msg == "ready":
+                            p.ready, p.since = True, time.monotonic()
+                            continue
+                        seq, correct, status, key = msg
                         if p.pending and p.pending[0] == seq:
                             p.pending.popleft()
                         results[seq] = GradeResult(bool(correct), status, key)
@@ -187,10 +194,15 @@ class MathGrader:
                     remaining -= self._replace(p, results, queue, "error")
             now = time.monotonic()
             for p in list(self._procs):
-                if p.pending and now - p.since > deadline:
+                if p.pending and now - p.since > self._limit(p):
                     self.counts["killed"] += 1
                     remaining -= self._replace(p, results, queue, "timeout")
         return results  # type: ignore[return-value]
+
+    def _limit(self, p: _Proc) -> float:
+        """Seconds the head item of ``p`` may take since its last progress."""
+        cfg = self.config
+        return cfg.timeout_s + cfg.kill_grace_s if p.ready else cfg.startup_timeout_s
 
     def _replace(self, p: _Proc, results: list[GradeResult | None], queue: deque[int],
                  status: str) -> int:

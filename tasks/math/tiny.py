@@ -4,12 +4,12 @@ worker path as the real eval sets.
 
 Two families (every problem is enumerated, so the held-out split is fixed and exact):
 
-* ``linear`` - ``Solve 3x+5=17`` with a in 1..9, b in -9..9 (b != 0), c in -9..20 (4,860
+* ``linear`` - ``Solve 3x+5=17`` with a in 1..6, b in -6..6 (b != 0), c in 0..12 (936
   problems); reference ``3x=12, x=\\boxed{4}``. Most answers are fractions
   (``4x=9, x=\\boxed{\\frac{9}{4}}``, ``x=\\boxed{-\\frac{9}{4}}``); math-verify also accepts an
   unreduced ``\\frac{12}{8}`` or a decimal ``2.25``, so the model is not held to one form.
-* ``arith`` - ``Compute 7*8-9`` (``a*b+c``, ``a*b-c``, ``c+a*b``, ``c-a*b`` with a in 1..12, b in
-  2..12, c in 1..20: 10,560 problems); reference ``7*8=56, \\boxed{47}`` (the product first, as
+* ``arith`` - ``Compute 5*6-9`` (``a*b+c``, ``a*b-c``, ``c+a*b``, ``c-a*b`` with a in 1..6, b in
+  2..6, c in 1..9: 1,080 problems); reference ``5*6=30, \\boxed{21}`` (the product first, as
   precedence asks).
 
 The prompt is the problem and a newline; the response is the short derivation and the boxed
@@ -39,9 +39,9 @@ def _signed(n: int) -> str:
 
 def linear_problems() -> list[Example]:
     out = []
-    for a in range(1, 10):
-        for b in (*range(-9, 0), *range(1, 10)):
-            for c in range(-9, 21):
+    for a in range(1, 7):
+        for b in (*range(-6, 0), *range(1, 7)):
+            for c in range(13):
                 lhs = f"{'' if a == 1 else a}x{_signed(b)}"
                 x = Fraction(c - b, a)
                 step = f"{'' if a == 1 else a}x={c - b}"
@@ -56,9 +56,9 @@ def linear_problems() -> list[Example]:
 def arith_problems() -> list[Example]:
     out = []
     for form in ("{a}*{b}+{c}", "{a}*{b}-{c}", "{c}+{a}*{b}", "{c}-{a}*{b}"):
-        for a in range(1, 13):
-            for b in range(2, 13):
-                for c in range(1, 21):
+        for a in range(1, 7):
+            for b in range(2, 7):
+                for c in range(1, 10):
                     expr = form.format(a=a, b=b, c=c)
                     p = a * b
                     value = p + c if "+" in expr else (p - c if expr.startswith(f"{a}*") else c - p)
