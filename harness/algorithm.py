@@ -20,6 +20,7 @@ method changes the data flow itself.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -83,6 +84,9 @@ class Aggregator:
     total_seqs: int
     L_max: int | None = None
     metric_tokens: float | None = None  # tokens diagnostics average over (None = total_tokens)
+    # per-token constants multiplying the loss before aggregation (truncated importance
+    # sampling, harness/rollout_correction.py); diagnostics (``mean``) are never weighted
+    token_weights: torch.Tensor | None = None
 
     def __post_init__(self) -> None:
         if self.mode not in AGG_MODES:
@@ -95,7 +99,13 @@ class Aggregator:
         tokens = float(batch["response_mask"].sum().item())
         return cls(mode=mode, total_tokens=tokens, total_seqs=len(batch), L_max=L_max)
 
+    def weighted(self, weights: torch.Tensor) -> Aggregator:
+        """This aggregator with the loss of each token multiplied by ``weights`` [B, T]."""
+        return dataclasses.replace(self, token_weights=weights)
+
     def __call__(self, per_token: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        if self.token_weights is not None:
+            per_token = per_token * self.token_weights.to(per_token.device)
         masked = per_token * mask
         seqs = max(self.total_seqs, 1)
         if self.mode == "token-mean":
@@ -233,8 +243,11 @@ class Algorithm:
         entropy: torch.Tensor | None,
         agg: Aggregator,
     ) -> tuple[torch.Tensor, dict[str, float]]:
-        """Policy loss + KL penalty - entropy bonus, aggregated by ``agg``."""
-        loss, metrics = self.policy_loss(mb, logp, entropy, agg)
+        """Policy loss + KL penalty - entropy bonus, aggregated by ``agg``. With rollout
+        correction on, the trainer put truncated-IS weights in ``mb["is_weights"]``: they scale
+        the policy-loss tokens only."""
+        pg_agg = agg.weighted(mb["is_weights"]) if "is_weights" in mb else agg
+        loss, metrics = self.policy_loss(mb, logp, entropy, pg_agg)
         mask = mb["response_mask"]
         if self.config.kl.coef > 0:
             mb.require("ref_logprobs", stage="kl penalty")
