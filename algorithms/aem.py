@@ -29,8 +29,12 @@ Known discrepancies / choices:
   but the weights then average to exactly 1 in a group, λ = 0 and a constant-entropy group give
   α = 1 exactly (the mean is ≥ e^{-λ} > 0, so ε only guards an overflowing λ).
 * λ is not given in the sources (sweep {0.5, 1, 2}); the yaml ships 1.0.
-* ``group``: single-turn tasks have one response per trajectory, so ``prompt_group_all_turns``
-  (default) and ``prompt_group_same_turn`` are the same group (the prompt's rollout group).
+* Multi-turn (a task with tools): a response is one model turn (i, t) of a trajectory, its tokens
+  those of that segment (tool results are masked and excluded); H̄_{i,t} and α_{i,t} are per
+  turn and A^AEM_{i,t} = α_{i,t} A^base_i is broadcast over turn t's tokens. ``group``:
+  ``prompt_group_all_turns`` (default) normalises over every turn of every trajectory of the
+  prompt, ``prompt_group_same_turn`` over the t-th turns only. Single-turn tasks have one
+  response per trajectory, where both groups are the prompt's rollout group.
 * A response with no loss tokens has H̄ = 0 (it still takes part in the group's min–max).
 """
 
@@ -108,11 +112,49 @@ class AEMAdvantage:
         h_bar = mean_token_entropy(batch["entropy"], batch["response_mask"])
         return aem_weights(h_bar, batch["group_index"], self.config.lam, self.config.eps)
 
+    def turn_weights(self, batch: RolloutBatch) -> torch.Tensor | None:
+        """Multi-turn form: α per response (trajectory i, turn t) as a [B, T] token map, or None
+        when every trajectory has a single model turn (then the response is the trajectory)."""
+        if not any(len(t.turn_boundaries) > 1 for t in batch.trajectories):
+            return None
+        batch.require("entropy", "response_mask", "group_index", stage="aem advantage")
+        mask, ent = batch["response_mask"], batch["entropy"].float()
+        T = mask.shape[1]
+        token_resp = torch.full(mask.shape, -1, dtype=torch.long)
+        h_bar, groups, same_turn = [], [], self.config.group == "prompt_group_same_turn"
+        keys: dict[tuple[int, int], int] = {}
+        for row, t in enumerate(batch.trajectories):
+            starts = list(t.turn_boundaries) or [0]
+            ends = [*starts[1:], T]
+            g = int(batch["group_index"][row])
+            for k, (a, b) in enumerate(zip(starts, ends)):
+                sel = mask[row, a:b] > 0
+                if not bool(sel.any()):
+                    continue
+                token_resp[row, a:b][sel] = len(h_bar)
+                h_bar.append(float(ent[row, a:b][sel].mean()))
+                groups.append(keys.setdefault((g, k if same_turn else 0), len(keys)))
+        if not h_bar:
+            return torch.ones(mask.shape)
+        alpha = aem_weights(torch.tensor(h_bar), torch.tensor(groups), self.config.lam,
+                            self.config.eps)
+        out = torch.ones(mask.shape)
+        has = token_resp >= 0
+        out[has] = alpha[token_resp[has]]
+        return out
+
     def __call__(self, batch: RolloutBatch) -> torch.Tensor:
         base = self.base(batch)
-        alpha = self.weights(batch).to(base.device)
-        adv = alpha * base if base.dim() == 1 else alpha[:, None] * base
+        per_turn = self.turn_weights(batch)
+        if per_turn is not None:  # α_{i,t} broadcast over the tokens of turn t
+            alpha = per_turn.to(base.device)
+            adv = alpha * (base[:, None] if base.dim() == 1 else base)
+        else:
+            alpha = self.weights(batch).to(base.device)
+            adv = alpha * base if base.dim() == 1 else alpha[:, None] * base
         self.last_metrics = dict(getattr(self.base, "last_metrics", None) or {})
+        if alpha.dim() == 2:  # per-turn weights: only the model's tokens carry one
+            alpha = alpha[batch["response_mask"].to(alpha.device) > 0]
         if alpha.numel():
             self.last_metrics.update({
                 "aem/alpha_min": float(alpha.min()),

@@ -63,16 +63,23 @@ def sample_groups(ctx: RolloutContext, examples: list[Example],
     for traj in trajs:
         traj.temperature = sampling.temperature
     ctx.add_time("gen", time.perf_counter() - t0)
-    # every generated token counts toward the budget, including groups a strategy discards
-    generated = float(sum(len(t.response_ids) for t in trajs))
-    ctx.metrics["rollout/tokens"] = ctx.metrics.get("rollout/tokens", 0.0) + generated
-
-    t0 = time.perf_counter()
     n = sampling.n
-    owners = [examples[i // n] for i in range(len(trajs))]
+    return score_groups(ctx, trajs, [examples[i // n] for i in range(len(trajs))],
+                        [i // n for i in range(len(trajs))])
+
+
+def score_groups(ctx: RolloutContext, trajs: list[Trajectory], owners: list[Example],
+                 group_ids: list[int]) -> RolloutBatch:
+    """Verify generated trajectories against their examples, batch them, shape rewards."""
+    # every generated token counts toward the budget, including groups a strategy discards;
+    # tool-result tokens were not generated
+    generated = float(sum(len(t.response_ids) if t.loss_mask is None else sum(t.loss_mask)
+                          for t in trajs))
+    ctx.metrics["rollout/tokens"] = ctx.metrics.get("rollout/tokens", 0.0) + generated
+    t0 = time.perf_counter()
     scores = ctx.task.verify_batch(owners, [t.text for t in trajs])
-    for i, (traj, score) in enumerate(zip(trajs, scores)):
-        traj.example, traj.score, traj.group_id = owners[i], score, i // n
+    for traj, score, owner, g in zip(trajs, scores, owners, group_ids, strict=True):
+        traj.example, traj.score, traj.group_id = owner, score, g
     batch = RolloutBatch.from_trajectories(trajs, ctx.engine.pad_token_id)
     ctx.shape_rewards(batch)
     ctx.add_time("reward", time.perf_counter() - t0)

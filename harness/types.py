@@ -82,6 +82,10 @@ class Trajectory:
     temperature: float | None = None
     is_offpolicy: bool = False
     generation_prompt_ids: list[int] | None = None
+    # branching strategies (ARPO/AEPO): the trajectory of the same group it was forked from
+    # (index within the group) and how many response tokens it shares with it
+    branch_parent: int | None = None
+    branch_shared: int = 0
 
     @property
     def truncated(self) -> bool:

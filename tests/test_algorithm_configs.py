@@ -18,8 +18,8 @@ from harness.registry import ADVANTAGES, ALGORITHMS, POLICY_LOSSES, ROLLOUTS, Re
 
 ROOT = Path(__file__).resolve().parents[1]
 CONF = ROOT / "conf" / "algorithm"
-BUILTIN = ["agpo", "arbitrary_entropy", "cispo", "dapo", "dr_grpo", "gppo", "grpo", "grpo_aem",
-           "lope", "lpo_fwd", "lpo_rev", "maxrl", "reinforce_pp", "rloo"]
+BUILTIN = ["aepo", "agpo", "arbitrary_entropy", "arpo", "cispo", "dapo", "dr_grpo", "gppo", "grpo",
+           "grpo_aem", "lope", "lpo_fwd", "lpo_rev", "maxrl", "reinforce_pp", "rloo"]
 
 
 def load(name: str):

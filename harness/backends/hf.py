@@ -96,6 +96,7 @@ class HFEngine:
         eos = eos if isinstance(eos, list) else [eos]
         eos.append(self.tokenizer.eos_token_id)
         self.eos_token_ids = sorted({e for e in eos if e is not None})
+        self.vocab_size = len(self.tokenizer)
         self.generator = torch.Generator(self.device).manual_seed(seed)
         self.ref_model = None
         if need_reference:
