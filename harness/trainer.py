@@ -32,6 +32,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import json
+import os
 import random
 import resource
 import signal
@@ -49,12 +50,13 @@ from harness.algorithm import Algorithm, build_algorithm
 from harness.batch import RolloutBatch
 from harness.cells import HASH_TAG, CellPlan, plan_cell
 from harness.checkpoint import save_checkpoint
-from harness.components import build
+from harness.components import ConfigError, build
 from harness.config import validate_config
 from harness.evaluation import evaluate
 from harness.manifest import build_manifest
 from harness.registry import BACKENDS, MODELS, TASKS
 from harness.rollout import RolloutContext
+from harness.rollout_correction import apply_rollout_correction
 from harness.task import Task
 from harness.tracking import Tracker
 from harness.types import Example, SamplingParams
@@ -100,6 +102,11 @@ class PromptSampler:
     def load_state_dict(self, state: dict[str, int]) -> None:
         self.epoch, self.position = state["epoch"], state["position"]
         self._order = self._shuffled(self.epoch)
+
+
+def process_rank() -> int:
+    """Global rank under torchrun (0 otherwise)."""
+    return int(os.environ.get("RANK", "0"))
 
 
 def seed_everything(seed: int) -> None:
@@ -176,7 +183,9 @@ class Trainer:
     def setup(self) -> CellPlan:
         """Plan the cell; unless it is skipped, build everything and open the MLflow run."""
         cfg = self.cfg
-        self.tracker = Tracker(cfg.tracking.uri, cfg.tracking.experiment, cfg.tracking.enabled)
+        # under torchrun only rank 0 logs (every rank trains the same cell)
+        self.tracker = Tracker(cfg.tracking.uri, cfg.tracking.experiment,
+                               cfg.tracking.enabled and process_rank() == 0)
         self.plan = plan_cell(cfg, self.tracker.client if self.tracker.enabled else None,
                               self.tracker.experiment_id if self.tracker.enabled else None)
         if self.plan.action == "skip":
@@ -187,13 +196,28 @@ class Trainer:
         if cfg.backend.threads > 0:
             torch.set_num_threads(cfg.backend.threads)
         self.model_path = MODELS.get(cfg.model.source)(cfg.model, self.task)
-        if cfg.backend.rollout != cfg.backend.train:
-            raise NotImplementedError("separate rollout/train engines arrive with the GPU backends")
+        self.separate_engines = cfg.backend.rollout != cfg.backend.train
+        if self.separate_engines:
+            # the rollout engine first: vLLM sizes its memory from what is free when it starts
+            rollout_cls = BACKENDS.get(cfg.backend.rollout)
+            if not getattr(rollout_cls, "receives_weights", False):
+                raise ConfigError(
+                    f"backend.rollout={cfg.backend.rollout!r} cannot take weights from "
+                    f"backend.train={cfg.backend.train!r}; use the same engine for both")
+            self.rollout_engine = rollout_cls(self.model_path, cfg.backend, cfg.seed)
         engine_cls = BACKENDS.get(cfg.backend.train)
         self.engine = engine_cls(self.model_path, cfg.backend, cfg.seed, cfg.trainer.optim,
                                  total_steps=cfg.trainer.steps,
                                  need_reference=self.algorithm.needs_reference,
                                  attn_implementation=cfg.model.attn_implementation)
+        if self.separate_engines:
+            self.rollout_engine.update_weights(self.engine)  # it starts without real weights
+        else:
+            self.rollout_engine = self.engine
+        if cfg.model.chat_template:  # the model config's template replaces the tokenizer's
+            for engine in {id(self.engine): self.engine, id(self.rollout_engine):
+                           self.rollout_engine}.values():
+                engine.tokenizer.chat_template = cfg.model.chat_template
         self.sampler = PromptSampler(self.task.train_examples(), cfg.seed)
         self.sampling = SamplingParams(
             n=cfg.rollout.n, temperature=cfg.rollout.temperature, top_p=cfg.rollout.top_p,
@@ -223,6 +247,8 @@ class Trainer:
         path = plan.checkpoint
         state = json.loads((path / "trainer_state.json").read_text())
         self.engine.load(path)
+        if self.separate_engines:
+            self.rollout_engine.update_weights(self.engine)
         self.sampler.load_state_dict(state["sampler"])
         self.step, self.tokens_total = state["step"], state["tokens_total"]
         self.tokens_trained = state.get("tokens_trained", 0.0)
@@ -245,10 +271,13 @@ class Trainer:
     def train_step(self) -> dict[str, float]:
         cfg, eng = self.cfg, self.engine
         t_step = time.perf_counter()
-        ctx = RolloutContext(engine=eng, task=self.task, draw_prompts=self.sampler.draw,
+        ctx = RolloutContext(engine=self.rollout_engine, task=self.task,
+                             draw_prompts=self.sampler.draw,
                              prompts_per_step=cfg.data.prompts_per_step, sampling=self.sampling,
                              shape_rewards=self.algorithm.shape_rewards)
         batch = self.algorithm.rollout(ctx)
+        if self.separate_engines and hasattr(self.rollout_engine, "sleep"):
+            self.rollout_engine.sleep()  # hand the GPU memory to training
         timings = {f"time/{k}": v for k, v in ctx.timings.items()}
         metrics: dict[str, float] = dict(ctx.metrics)
         self.tokens_total += metrics.get("rollout/tokens", 0.0)
@@ -258,6 +287,7 @@ class Trainer:
             t0 = time.perf_counter()
             batch["old_logprobs"] = self.old_logprobs(batch, micro)
             timings["time/old_logprob"] = time.perf_counter() - t0
+            metrics.update(self.rollout_correction(batch))
             if self.algorithm.needs_reference:
                 t0 = time.perf_counter()
                 batch["ref_logprobs"] = eng.logprobs(batch, cfg.rollout.temperature, micro,
@@ -271,7 +301,10 @@ class Trainer:
             t0 = time.perf_counter()
             metrics.update(self.update(batch, old_is_current=True))
             timings["time/update"] = time.perf_counter() - t0
-            eng.update_weights(eng)
+            t0 = time.perf_counter()
+            self.rollout_engine.update_weights(eng)
+            if self.separate_engines:
+                timings["time/sync"] = time.perf_counter() - t0
         metrics.update(rollout_metrics(batch, cfg.rollout.temperature))
         metrics["actor/lr"] = eng.lr
         timings["time/step"] = time.perf_counter() - t_step
@@ -285,7 +318,15 @@ class Trainer:
         sampled from a different prompt, as LOPE's) keep their behaviour log-probs in both
         modes: recomputing them on the training prompt would erase the correction."""
         train_t = self.cfg.rollout.temperature
-        if self.cfg.trainer.old_logprobs == "recompute":
+        if self.separate_engines:
+            # another engine sampled: its log-probs are not this engine's pi_old (kernels,
+            # precision), so recompute whatever trainer.old_logprobs says; the entropy vLLM does
+            # not report comes from the same pass
+            want_entropy = self.cfg.rollout.entropy and "entropy" not in batch
+            old, entropy = self._recompute(batch, train_t, micro, want_entropy)
+            if entropy is not None:
+                batch["entropy"] = entropy
+        elif self.cfg.trainer.old_logprobs == "recompute":
             old = self.engine.logprobs(batch, train_t, micro)
         else:
             old = batch["rollout_logprobs"].clone()
@@ -298,6 +339,28 @@ class Trainer:
         off = batch["is_offpolicy"]
         old[off] = batch["rollout_logprobs"][off]
         return old
+
+    @torch.no_grad()
+    def _recompute(self, batch: RolloutBatch, temperature: float, micro: int, with_entropy: bool
+                   ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """No-grad log pi_old (and entropy) [B, T] from the train engine."""
+        logps, ents = [], []
+        for mb in batch.split(micro):
+            logp, ent = self.engine.forward(mb, temperature, with_entropy=with_entropy)
+            logps.append(logp.float().cpu())
+            if ent is not None:
+                ents.append(ent.float().cpu())
+        return torch.cat(logps), (torch.cat(ents) if with_entropy else None)
+
+    def rollout_correction(self, batch: RolloutBatch) -> dict[str, float]:
+        """Mismatch metrics between the sampler's and the trainer's log-probs of the on-policy
+        rows (when they were recomputed), and truncated-IS weights when
+        ``trainer.rollout_correction.mode`` is on (harness/rollout_correction.py)."""
+        cfg = self.cfg.trainer
+        return apply_rollout_correction(
+            batch, on_policy_rows(batch, self.cfg.rollout.temperature),
+            recomputed=self.separate_engines or cfg.old_logprobs == "recompute",
+            mode=cfg.rollout_correction.mode, cap=cfg.rollout_correction.cap)
 
     def update(self, batch: RolloutBatch, old_is_current: bool = False) -> dict[str, float]:
         """Epochs x mini-batches x micro-batches over ``batch``. ``old_is_current``: its
@@ -346,7 +409,7 @@ class Trainer:
 
     # -- evaluation, checkpoints, the loop ------------------------------------------------------
     def run_eval(self) -> dict[str, float]:
-        metrics, samples = evaluate(self.engine, self.task, self.cfg.seed, self.step,
+        metrics, samples = evaluate(self.rollout_engine, self.task, self.cfg.seed, self.step,
                                     samples_to_keep=self.cfg.tracking.log_samples)
         self.eval_history.append({"step": self.step, **metrics})
         self.stage_totals["eval"] += metrics.get("time/eval", 0.0)
