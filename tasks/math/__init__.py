@@ -2,10 +2,11 @@
 
 Two variants (``task.variant``):
 
-* ``full`` - RL on MATH train (7,474 problems) and the eval suite of the LPO paper - AIME24,
-  AIME25, AMC23, MATH500, Minerva Math, OlympiadBench - plus GSM8K (``data/SOURCE.md``,
-  :mod:`tasks.math.datasets`). Each eval set has its own protocol in ``conf/task/math.yaml``
-  (samples per problem, temperature 0.6, top-p 0.95, max tokens, pass@k and maj@k lists).
+* ``full`` - RL on MATH train (the 7,472 problems with a gold answer) and the eval suite of the
+  LPO paper - AIME24, AIME25, AMC23, MATH500, Minerva Math, OlympiadBench - plus GSM8K
+  (``data/SOURCE.md``, :mod:`tasks.math.datasets`). Each eval set has its own protocol in
+  ``conf/task/math.yaml`` (samples per problem, temperature 0.6, top-p 0.95, max tokens, pass@k
+  and maj@k lists).
   Prompt templates: ``qwen-math`` (Qwen2.5-Math's chat-formatted text with "Please reason step by
   step, and put your final answer within \\boxed{}." as system prompt, the usual choice for base
   models), ``base`` (the problem then that instruction, plain text), ``chat`` (one user message,

@@ -16,6 +16,10 @@ gsm8k             gsm8k_test.jsonl            the number after ``####`` (commas 
 math_train        math_train.json             ``answer`` (the training pool)
 ================  ==========================  ============================================
 
+Rows without a gold answer cannot be graded and are left out: 2 of the 7,474 MATH train rows
+(multiple-choice problems whose ``answer`` is empty), so the RL pool has 7,472 problems. Every
+eval set keeps its published size.
+
 The files ship in ``tasks/math/data``; ``task.full.data_dir`` points at another directory with
 the same file names (e.g. ``../shared/data/math`` or a Qwen2.5-Math ``evaluation/data`` layout
 flattened to these names). Nothing is downloaded.
@@ -42,7 +46,7 @@ FILES = {
 }
 # The published sizes (tests/test_math_data.py checks them).
 SIZES = {"math500": 500, "aime24": 30, "aime25": 30, "amc23": 40, "minerva": 272,
-         "olympiadbench": 675, "gsm8k": 1319, "math_train": 7474}
+         "olympiadbench": 675, "gsm8k": 1319, "math_train": 7472}
 EVAL_SETS = tuple(k for k in FILES if k != "math_train")
 
 
@@ -102,7 +106,10 @@ def load(name: str, data_dir: str | Path | None = None) -> list[dict[str, Any]]:
             f"{', '.join(FILES.values())})")
     out = []
     for i, row in enumerate(_rows(path)):
+        gold = _gold(name, row)
+        if not gold:
+            continue
         meta = {k: row[k] for k in _META if k in row and row[k] is not None}
-        out.append({"problem": _problem(row), "gold": _gold(name, row), "index": i,
+        out.append({"problem": _problem(row), "gold": gold, "index": i,
                     "meta": meta})
     return out
