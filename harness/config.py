@@ -45,6 +45,13 @@ class PretrainConfig:
     weight_decay: float = 0.0
     warmup_steps: int = 20
     seed: int = 0
+    # Noise prefixes: a share of the warm-start prompts get 1..prefix_max_words random words from
+    # prefix_words in front (empty list = off), so that a tiny model tolerates a nonsense prefix
+    # the way a pretrained LM does (the LOPE testbed: conf/model/tiny_lorem.yaml).
+    prefix_words: list[str] = field(default_factory=list)
+    prefix_fraction: float = 0.5
+    prefix_max_words: int = 3
+    prefix_separator: str = " "
 
 
 @dataclass

@@ -7,6 +7,8 @@ unlike a wall-clock budget.
 
 from __future__ import annotations
 
+import dataclasses
+import random
 import time
 from typing import Any
 
@@ -35,6 +37,24 @@ def encode_pairs(tokenizer: Any, pairs: list[tuple[Any, str]]) -> tuple[torch.Te
     return ids, mask, labels
 
 
+def with_noise_prefixes(pairs: list[tuple[Any, str]], cfg: Any) -> list[tuple[Any, str]]:
+    """``cfg.prefix_fraction`` of the text prompts get 1..``prefix_max_words`` words drawn from
+    ``cfg.prefix_words`` in front (seeded by ``cfg.seed``); the completions are unchanged."""
+    words = list(getattr(cfg, "prefix_words", None) or [])
+    if not words:
+        return pairs
+    rng = random.Random(cfg.seed)
+    out = []
+    for example, completion in pairs:
+        if isinstance(example.prompt, str) and rng.random() < cfg.prefix_fraction:
+            count = rng.randint(1, cfg.prefix_max_words)
+            prefix = " ".join(rng.choice(words) for _ in range(count))
+            example = dataclasses.replace(example, prompt=prefix + cfg.prefix_separator
+                                          + example.prompt)
+        out.append((example, completion))
+    return out
+
+
 def supervised_warmstart(
     model: torch.nn.Module,
     tokenizer: Any,
@@ -44,6 +64,7 @@ def supervised_warmstart(
 ) -> dict[str, Any]:
     if not pairs:
         raise ValueError("warm-start needs at least one (prompt, completion) pair")
+    pairs = with_noise_prefixes(pairs, cfg)
     ids, mask, labels = encode_pairs(tokenizer, pairs)
     gen = torch.Generator().manual_seed(cfg.seed)
     optim = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
