@@ -89,6 +89,7 @@ def test_llm_is_built_for_colocated_rl(engine: VLLMEngine, tiny_model_path: str)
     assert kw["logprobs_mode"] == "processed_logprobs"
     assert kw["enable_sleep_mode"] is True and kw["load_format"] == "dummy"
     assert kw["dtype"] == "bfloat16" and kw["seed"] == 3
+    assert kw["skip_tokenizer_init"] is True  # token ids in and out
     assert "max_model_len" not in kw
 
 
@@ -126,6 +127,11 @@ def test_generate_is_token_in_token_out_with_sampled_logprobs(engine: VLLMEngine
     assert [t.group_id for t in trajs] == [0, 0, 1, 1]
     assert trajs[0].prompt_ids == [5, 6, 7] and trajs[2].prompt_ids == [9]
     assert trajs[0].response_ids == [8, 9] and trajs[1].response_ids == [8, 9, 10]
+    stops = engine.llm.params[0]["stop_token_ids"]
+    assert engine.tokenizer.eos_token_id in stops  # vLLM has no tokenizer: EOS passed as ids
+    engine.tool_stop_ids = [42]
+    engine.generate([[1]], SamplingParams(n=1, max_new_tokens=3))
+    assert engine.llm.params[0]["stop_token_ids"] == [*stops, 42]
     # the sampled token's entry, not the other one in the dict
     torch.testing.assert_close(trajs[1].logprobs, torch.tensor([-0.1, -0.2, -0.3]))
     assert [t.finish_reason for t in trajs] == ["stop", "length", "stop", "length"]
@@ -147,11 +153,10 @@ def test_sampling_parameter_mapping() -> None:
     kw = sampling_kwargs(SamplingParams(n=8, temperature=0.7, top_p=0.95, top_k=0,
                                         max_new_tokens=1024), seed=11)
     assert kw == {"n": 8, "temperature": 0.7, "top_p": 0.95, "top_k": 0, "max_tokens": 1024,
-                  "logprobs": 0, "seed": 11, "detokenize": False, "skip_special_tokens": True}
+                  "logprobs": 0, "seed": 11, "detokenize": False, "stop_token_ids": []}
     assert sampling_kwargs(SamplingParams(top_k=20), seed=None)["top_k"] == 20
-    tool = sampling_kwargs(SamplingParams(), seed=0, stop=["</tool_call>"])
-    assert tool["stop"] == ["</tool_call>"] and tool["detokenize"] is True
-    assert tool["include_stop_str_in_output"] is True
+    tool = sampling_kwargs(SamplingParams(), seed=0, stop_token_ids=[2, 151658])
+    assert tool["stop_token_ids"] == [2, 151658]
     with pytest.raises(ValueError, match="backend=hf"):
         sampling_kwargs(SamplingParams(temperature=2.5), seed=0)
 

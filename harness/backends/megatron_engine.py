@@ -91,6 +91,8 @@ def causal_padding_mask(attention_mask: torch.Tensor) -> torch.Tensor:
 class MegatronEngine:
     """``TrainEngine`` over megatron-core (tensor + data parallel, bf16, distributed optimizer)."""
 
+    requires_cuda = True
+
     def __init__(self, model_path: str, backend_cfg: Any, seed: int, optim_cfg: Any | None = None,
                  total_steps: int = 1, need_reference: bool = False,
                  attn_implementation: str | None = None) -> None:
@@ -122,12 +124,15 @@ class MegatronEngine:
         self.tokenizer = load_tokenizer(model_path)
         self.pad_token_id = (self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None
                              else self.tokenizer.eos_token_id)
-        self.module = self._build_module()
-        self._load_hf(self.module)
+        # self.gpt: the GPTModel (names, weights in and out); self.module: what runs, wrapped in
+        # megatron's Float16Module under bf16/fp16 (casts inputs in and logits out)
+        self.gpt, self.module = self._build_module()
+        self._load_hf(self.gpt)
         self.ref_model = None
         if need_reference:
-            self.ref_model = self._build_module().eval().requires_grad_(False)
-            self.ref_model.load_state_dict(self.module.state_dict())
+            ref_gpt, self.ref_model = self._build_module()
+            ref_gpt.load_state_dict(self.gpt.state_dict())
+            self.ref_model.eval().requires_grad_(False)
         self.model = self.module
         self.optimizer = None
         self.opt_steps = 0
@@ -135,8 +140,9 @@ class MegatronEngine:
             self._build_optimizer(optim_cfg, total_steps)
 
     # -- model ----------------------------------------------------------------------------------
-    def _build_module(self) -> torch.nn.Module:
+    def _build_module(self) -> tuple[torch.nn.Module, torch.nn.Module]:
         from megatron.core.models.gpt import GPTModel
+        from megatron.core.transformer.module import Float16Module
 
         from harness.backends import megatron_config as mc
 
@@ -149,8 +155,9 @@ class MegatronEngine:
         model = GPTModel(config=config,
                          transformer_layer_spec=mc.layer_spec(self.hf_config,
                                                               self.mcfg.transformer_impl),
-                         **kwargs)
-        return model.to(self.device)
+                         **kwargs).to(self.device)
+        wrapped = Float16Module(config, model) if config.bf16 or config.fp16 else model
+        return model, wrapped
 
     @torch.no_grad()
     def _load_hf(self, module: torch.nn.Module) -> None:
@@ -275,7 +282,7 @@ class MegatronEngine:
         import torch.distributed as dist
 
         def gathered() -> Iterator[tuple[str, torch.Tensor]]:
-            for name, shard in self.module.state_dict().items():
+            for name, shard in self.gpt.state_dict().items():
                 if name.endswith("_extra_state"):
                     continue
                 if self.tp == 1 or tp_kind(name) == "replicated":
@@ -293,7 +300,7 @@ class MegatronEngine:
         from megatron.core import dist_checkpointing
 
         path = Path(path)
-        state = {"model": self.module.sharded_state_dict()}
+        state = {"model": self.gpt.sharded_state_dict()}
         if self.optimizer is not None:
             state["optimizer"] = self.optimizer.sharded_state_dict(state["model"])
         (path / "megatron").mkdir(parents=True, exist_ok=True)
@@ -317,12 +324,12 @@ class MegatronEngine:
         from megatron.core import dist_checkpointing
 
         path = Path(path)
-        state = {"model": self.module.sharded_state_dict()}
+        state = {"model": self.gpt.sharded_state_dict()}
         if self.optimizer is not None:
             state["optimizer"] = self.optimizer.sharded_state_dict(state["model"],
                                                                    is_loading=True)
         loaded = dist_checkpointing.load(state, str(path / "megatron"))
-        self.module.load_state_dict(loaded["model"])
+        self.gpt.load_state_dict(loaded["model"])
         if self.optimizer is not None and "optimizer" in loaded:
             self.optimizer.load_state_dict(loaded["optimizer"])
         extra = torch.load(path / "engine_state.pt", weights_only=False)

@@ -42,8 +42,12 @@ VLLM_MAX_TEMPERATURE = 2.0  # vLLM's SamplingParams rejects larger temperatures
 
 
 def sampling_kwargs(params: SamplingParams, seed: int | None,
-                    stop: list[str] | None = None) -> dict[str, Any]:
-    """vLLM ``SamplingParams`` keyword arguments for the harness's sampling parameters."""
+                    stop_token_ids: list[int] | None = None) -> dict[str, Any]:
+    """vLLM ``SamplingParams`` keyword arguments for the harness's sampling parameters. vLLM
+    runs without its tokenizer (token ids in and out), so the end-of-sequence ids -- and the
+    tool tags of multi-turn tasks, which are single special tokens in chat models (Qwen's
+    ``</tool_call>``) -- are passed as ``stop_token_ids``; the stop token is the last id of the
+    response, as in the hf engine."""
     if not 0 < params.temperature <= VLLM_MAX_TEMPERATURE:
         raise ValueError(f"temperature {params.temperature}: vLLM samples in (0, "
                          f"{VLLM_MAX_TEMPERATURE}]; use backend=hf for hotter sampling")
@@ -56,10 +60,8 @@ def sampling_kwargs(params: SamplingParams, seed: int | None,
         "logprobs": 0,  # only the sampled token's log-prob
         "seed": seed,
         "detokenize": False,  # token-out: the harness decodes with its own tokenizer
-        "skip_special_tokens": True,
+        "stop_token_ids": list(stop_token_ids or []),
     }
-    if stop:  # tool tags: stop strings need detokenisation
-        kwargs.update(stop=list(stop), detokenize=True, include_stop_str_in_output=True)
     return kwargs
 
 
@@ -81,6 +83,9 @@ def llm_kwargs(model_path: str, vcfg: Any, seed: int, dtype: str, max_model_len:
         "enable_prefix_caching": vcfg.enable_prefix_caching,
         "load_format": vcfg.load_format,
         "generation_config": "vllm",  # the harness's sampling parameters, not the model's
+        # token ids in and out: vLLM never needs the tokenizer (so rlbench's own character
+        # tokenizer and any checkpoint's work alike); stops are token ids
+        "skip_tokenizer_init": True,
     }
     if max_model_len:
         kwargs["max_model_len"] = max_model_len
@@ -108,6 +113,20 @@ def parse_outputs(outputs: Iterable[Any], prompts: list[list[int]], n: int
                                     finish_reason="length" if comp.finish_reason == "length"
                                     else "stop"))
     return trajs
+
+
+def eos_ids(model_path: str, tokenizer: Any) -> list[int]:
+    """End-of-sequence ids: the model's generation config's and the tokenizer's (as the hf
+    engine stops on)."""
+    ids = [tokenizer.eos_token_id]
+    try:
+        from transformers import GenerationConfig
+
+        eos = GenerationConfig.from_pretrained(model_path).eos_token_id
+        ids.extend(eos if isinstance(eos, list) else [eos])
+    except OSError:  # no generation_config.json
+        pass
+    return sorted({i for i in ids if i is not None})
 
 
 def hf_weights(train_engine: Any) -> Iterable[tuple[str, torch.Tensor]]:
@@ -153,6 +172,8 @@ class VLLMEngine:
         self.tokenizer = load_tokenizer(model_path)
         self.pad_token_id = (self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None
                              else self.tokenizer.eos_token_id)
+        self.eos_token_ids = eos_ids(model_path, self.tokenizer)
+        self.tool_stop_ids: list[int] = []  # multi-turn tasks add their tool tags' token ids
         self.dp_rank = int(os.environ.get("RANK", "0")) // max(vcfg.tensor_parallel_size, 1)
         self.device = torch.device("cpu")  # where seed generators live (evaluation makes one)
         self.generator = torch.Generator().manual_seed(seed)
@@ -163,7 +184,6 @@ class VLLMEngine:
         self.asleep = False
         # load_format=dummy: random weights until the first update_weights
         self.weights_valid = vcfg.load_format != "dummy"
-        self.stop: list[str] | None = None  # tool tags (multi-turn tasks set them)
 
     # -- rollout --------------------------------------------------------------------------------
     def encode_prompt(self, example: Example) -> list[int]:
@@ -182,7 +202,8 @@ class VLLMEngine:
             self.asleep = False
         gen = generator or self.generator
         base = int(torch.randint(0, 2**30, (1,), generator=gen)) + self.dp_rank * 2**30
-        per_prompt = [self._sampling(**sampling_kwargs(params, base + i * params.n, self.stop))
+        stops = self.eos_token_ids + self.tool_stop_ids
+        per_prompt = [self._sampling(**sampling_kwargs(params, base + i * params.n, stops))
                       for i in range(len(prompts))]
         outputs = self.llm.generate([{"prompt_token_ids": list(p)} for p in prompts],
                                     sampling_params=per_prompt, use_tqdm=False)
