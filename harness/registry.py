@@ -146,6 +146,11 @@ POLICY_LOSSES: Registry = Registry("policy loss", entry_point_group="rlbench.alg
 ROLLOUTS: Registry = Registry("rollout strategy", entry_point_group="rlbench.algorithms")
 BACKENDS: Registry = Registry("backend")
 MODELS: Registry = Registry("model")
+# Tracks outside the LLM training loop (``rlbench train|sweep track=<name>``, ``rlbench board
+# --track <name>``): an object with ``run_hydra(overrides, multirun)`` and ``build_board(uri,
+# experiment, out, log_to_mlflow)``. Lazy, so the harness never imports a track it does not run.
+TRACKS: Registry = Registry("track", entry_point_group="rlbench.tracks")
+TRACKS.register("lantern", "lantern.track:TRACK")
 
 
 def register_algorithm(name: str) -> Callable[[T], T]:
