@@ -1,0 +1,258 @@
+"""LANTERN track: the spec's §4.5 properties, DFA generation and validation, the environments."""
+
+from __future__ import annotations
+
+import random
+
+import numpy as np
+import pytest
+
+from lantern.agent import (
+    LanternAgent,
+    QLearningAgent,
+    Source,
+    TransferContext,
+    gate,
+    teacher_policy,
+    trust_exp,
+    trust_sem,
+)
+from lantern.dfa import (
+    DfaValidationError,
+    LlmDfaGenerator,
+    TemplateDfaGenerator,
+    dfa_to_json,
+    parse_dfa_json,
+)
+from lantern.embed import neighbour_weights, neighbourhood
+from lantern.envs import ENVS, AutomatonGridEnv
+
+OFFICE = ENVS.get("office")
+TASK = "get coffee, then get mail, then go to the office, avoiding decorations"
+
+
+class FakeEmbedder:
+    """Deterministic unit vectors per text (no model): enough for the agent's arithmetic."""
+
+    def embed(self, texts: list[str]) -> np.ndarray:
+        out = []
+        for t in texts:
+            v = np.random.default_rng(abs(hash(t)) % 2**32).normal(size=8)
+            out.append(v / np.linalg.norm(v))
+        return np.stack(out)
+
+
+def _ctx(seed: int = 0, sources: list[Source] | None = None, task: str = TASK
+         ) -> TransferContext:
+    dfa = TemplateDfaGenerator(OFFICE.vocab).generate(task)
+    return TransferContext(OFFICE.n_cells, dfa, sources or [], FakeEmbedder(),
+                           np.random.default_rng(seed))
+
+
+def _random_source(name: str, description: str, seed: int) -> Source:
+    dfa = TemplateDfaGenerator(OFFICE.vocab).generate(description)
+    q = np.random.default_rng(seed).uniform(0, 1, size=(OFFICE.n_cells, dfa.n_states, 4))
+    return Source(name, dfa, q)
+
+
+def _train(agent: QLearningAgent, ctx: TransferContext, episodes: int) -> np.ndarray:
+    env = AutomatonGridEnv(OFFICE, ctx.target_dfa, max_steps=60, rng=random.Random(0))
+    agent.prepare(ctx, env.n_actions)
+    terminal = ctx.target_dfa.accepting | ctx.target_dfa.rejecting
+    for _ in range(episodes):
+        s, w = env.reset()
+        done = False
+        while not done:
+            a = agent.act(s, w)
+            s2, w2, r, done, _ = env.step(a)
+            agent.update(s, w, a, r, s2, w2, w2 in terminal)
+            s, w = s2, w2
+    return agent.q
+
+
+# -- §4.5 properties ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("gate_kind", ["off", "fixed"])
+def test_tau_one_is_plain_q_learning(gate_kind):
+    """τ = 1 (gate off, or fixed at 1) reproduces Q-learning's table exactly, teachers present."""
+    sources = [_random_source("s", "get coffee, then go to the office, avoiding decorations", 1)]
+    task = "get coffee, avoiding decorations"  # short: rewards arrive within a few episodes
+    plain = _train(QLearningAgent(QLearningAgent.Config()), _ctx(0, sources, task), 40)
+    lantern = _train(LanternAgent(LanternAgent.Config(gate=gate_kind, tau_fixed=1.0)),
+                     _ctx(0, sources, task), 40)
+    assert np.abs(plain).sum() > 0  # it learned something to compare
+    np.testing.assert_allclose(lantern, plain, rtol=0, atol=1e-12)
+
+
+def test_tau_one_update_equals_alpha_delta_and_tau_zero_ignores_td():
+    sources = [_random_source("s", "get coffee, then go to the office, avoiding decorations", 2)]
+    for tau in (1.0, 0.0):
+        agent = LanternAgent(LanternAgent.Config(gate="fixed", tau_fixed=tau))
+        agent.prepare(_ctx(0, sources), 4)
+        agent.q[:] = np.random.default_rng(3).uniform(size=agent.q.shape)
+        before = agent.q.copy()
+        g = agent.guidance(10, 0)
+        delta = agent.update(10, 0, 2, 1.0, 11, 0, terminal=False)
+        change = agent.q[10, 0] - before[10, 0]
+        if tau == 1.0:
+            assert change[2] == pytest.approx(agent.cfg.alpha * delta)
+            assert np.all(change[[0, 1, 3]] == 0)
+        else:  # τ = 0: the same update whatever the reward (TD error ignored)
+            np.testing.assert_allclose(change, agent.cfg.alpha * g)
+            agent.q[:] = before
+            agent.update(10, 0, 2, -5.0, 11, 0, terminal=True)
+            np.testing.assert_allclose(agent.q[10, 0] - before[10, 0], agent.cfg.alpha * g)
+
+
+@pytest.mark.parametrize("weighting", ["softmax", "linear"])
+def test_neighbourhood_weights_are_non_negative_and_sum_to_one(weighting):
+    rng = np.random.default_rng(0)
+    for _ in range(50):
+        sims = rng.uniform(-1, 1, size=rng.integers(1, 6))
+        w = neighbour_weights(sims, weighting, temperature=0.05)
+        assert np.all(w >= 0) and w.sum() == pytest.approx(1.0)
+    target = rng.normal(size=(3, 8))
+    sources = [rng.normal(size=(2, 8)), rng.normal(size=(4, 8))]
+    nbrs, v_sem = neighbourhood(target, sources, top_m=3, weighting=weighting)
+    for row in nbrs:
+        assert len(row) == 3 and sum(n.weight for n in row) == pytest.approx(1.0)
+        assert all(n.weight >= 0 for n in row)
+    assert np.all((v_sem >= 0) & (v_sem <= 2))
+
+
+def test_identical_single_source_has_zero_semantic_volatility():
+    emb = np.random.default_rng(1).normal(size=(4, 8))
+    nbrs, v_sem = neighbourhood(emb, [emb.copy()], top_m=1)
+    np.testing.assert_allclose(v_sem, 0.0, atol=1e-12)
+    assert [n[0].state for n in nbrs] == [0, 1, 2, 3]
+
+
+def test_semantic_volatility_in_0_1_for_non_negative_embeddings():
+    rng = np.random.default_rng(2)
+    _, v_sem = neighbourhood(rng.uniform(size=(5, 6)), [rng.uniform(size=(3, 6))], top_m=2)
+    assert np.all((v_sem >= 0) & (v_sem <= 1))
+
+
+def test_aggregated_teacher_policy_is_a_distribution():
+    sources = [_random_source("a", "get coffee, then go to the office, avoiding decorations", 4),
+               _random_source("b", "get mail, then go to the office, avoiding decorations", 5)]
+    agent = LanternAgent(LanternAgent.Config(top_m=3, weighting="linear"))
+    agent.prepare(_ctx(0, sources), 4)
+    pi = agent.pi_teacher
+    assert np.all(pi >= 0)
+    np.testing.assert_allclose(pi.sum(axis=-1), 1.0, atol=1e-12)
+    q = np.random.default_rng(0).normal(size=(7, 4))
+    q[0] = 1.0  # all ties
+    np.testing.assert_allclose(teacher_policy(q, 0.1).sum(-1), 1.0)
+
+
+@pytest.mark.parametrize("kind", ["product", "and"])
+def test_gate_monotone_in_each_volatility(kind):
+    """Rising V^exp lowers τ (more teacher); rising V^sem raises τ (less teacher)."""
+    v = np.linspace(0, 1, 41)
+    for fixed in (0.0, 0.2, 0.5, 1.0):
+        tau_exp_sweep = gate(trust_exp(v, 50, 0.05), trust_sem(fixed, 10, 0.3), kind)
+        tau_sem_sweep = gate(trust_exp(fixed, 50, 0.05), trust_sem(v, 10, 0.3), kind)
+        assert np.all(np.diff(tau_exp_sweep) <= 0) and tau_exp_sweep[0] > tau_exp_sweep[-1]
+        assert np.all(np.diff(tau_sem_sweep) >= 0) and tau_sem_sweep[-1] > tau_sem_sweep[0]
+    assert np.all((tau_exp_sweep >= 0) & (tau_exp_sweep <= 1))
+
+
+def test_product_gate_is_an_or_and_the_and_gate_needs_both():
+    """Spec §4.3: teacher weight 1 − τ is large when either trust is low under the product, only
+    when both are low under the AND gate."""
+    low, high = 0.05, 0.95
+    assert 1 - gate(low, high, "product") > 0.9 and 1 - gate(high, low, "product") > 0.9
+    assert 1 - gate(low, high, "and") < 0.1 and 1 - gate(high, low, "and") < 0.1
+    assert 1 - gate(low, low, "and") > 0.9
+
+
+def test_bad_gate_and_weighting_name_the_key_and_valid_values():
+    with pytest.raises(ValueError, match=r"agent.gate='or'.*product, and, off, fixed"):
+        LanternAgent(LanternAgent.Config(gate="or"))
+    with pytest.raises(ValueError, match=r"agent.weighting='cosine'.*softmax, linear"):
+        LanternAgent(LanternAgent.Config(weighting="cosine"))
+
+
+# -- DFA generation ------------------------------------------------------------------------------
+
+
+def test_template_parser_builds_a_total_dfa_with_descriptions():
+    dfa = TemplateDfaGenerator(OFFICE.vocab).generate(TASK)
+    assert dfa.n_states == 5  # 3 subgoals + accept + the decoration sink
+    assert dfa.alphabet == ("*", "c", "m", "o")
+    assert all((q, e) in dfa.delta for q in range(5) for e in dfa.alphabet)
+    assert dfa.accepting == {3} and dfa.rejecting == {4}
+    q = dfa.initial
+    for e in ("m", "c", "c", "o", "m", "o"):  # mail first is ignored; coffee, mail, office
+        q = dfa.step(q, e)
+    assert q == 3
+    assert dfa.step(1, "*") == 4
+    assert "get coffee" in dfa.descriptions[0] and "get mail" in dfa.descriptions[1]
+
+
+def test_template_parser_rejects_unknown_subgoals_listing_known_phrases():
+    with pytest.raises(DfaValidationError, match=r"unknown subgoal 'get cofee'.*get coffee"):
+        TemplateDfaGenerator(OFFICE.vocab).generate("get cofee, then go to the office")
+
+
+def test_llm_generator_parses_a_stub_answer_and_retries_after_an_invalid_one():
+    good = dfa_to_json(TemplateDfaGenerator(OFFICE.vocab).generate(TASK))
+    answers = iter(["Sure! {not json", "Here it is: " + good + " Hope that helps."])
+    prompts: list[str] = []
+
+    def stub(prompt: str) -> str:
+        prompts.append(prompt)
+        return next(answers)
+
+    dfa = LlmDfaGenerator(OFFICE.vocab, stub, retries=1).generate(TASK)
+    assert dfa.n_states == 5 and dfa.accepting == {3}
+    assert TASK in prompts[0] and "is invalid" in prompts[1]
+
+
+@pytest.mark.parametrize(("mutate", "message"), [
+    (lambda o: o["transitions"].pop(), "not total"),
+    (lambda o: o.update(accepting=[]), "no accepting state"),
+    (lambda o: o.update(transitions=[[t[0], t[1], t[0]] for t in o["transitions"]]),
+     "no accepting state is reachable"),
+    (lambda o: o["states"][1].update(description=" "), "no description"),
+    (lambda o: o.update(initial="q9"), "unknown state 'q9'"),
+    (lambda o: o["alphabet"].append("z"), "not in the map's alphabet"),
+])
+def test_dfa_validation_errors(mutate, message):
+    import json
+
+    obj = json.loads(dfa_to_json(TemplateDfaGenerator(OFFICE.vocab).generate(TASK)))
+    mutate(obj)
+    with pytest.raises(DfaValidationError, match=message):
+        parse_dfa_json(json.dumps(obj), OFFICE.events)
+
+
+def test_llm_generator_gives_up_with_every_error():
+    gen = LlmDfaGenerator(OFFICE.vocab, lambda p: "no automaton here", retries=2)
+    with pytest.raises(DfaValidationError, match=r"no valid DFA in 3 tries"):
+        gen.generate(TASK)
+
+
+# -- environments ---------------------------------------------------------------------------------
+
+
+def test_env_rewards_only_the_accepting_transition_and_sinks_on_hazards():
+    dfa = TemplateDfaGenerator(OFFICE.vocab).generate("get coffee, avoiding decorations")
+    env = AutomatonGridEnv(OFFICE, dfa, max_steps=50)
+    env.reset()
+    # start (5,5) -> coffee at (5,1): four steps left
+    results = [env.step(2) for _ in range(4)]
+    assert [r[2] for r in results] == [0, 0, 0, 1.0] and results[-1][3] and results[-1][4]
+    env.reset()
+    env.s = OFFICE.width * 8 + 3  # next to the decoration at (8,2)
+    _, q, r, done, success = env.step(2)
+    assert done and not success and r == 0 and q in dfa.rejecting
+
+
+def test_all_maps_share_one_shape_and_unknown_maps_list_the_valid_ones():
+    shapes = {(ENVS.get(n).height, ENVS.get(n).width) for n in ENVS.names()}
+    assert len(shapes) == 1
+    with pytest.raises(KeyError, match=r"unknown lantern environment 'ofice'.*office"):
+        ENVS.get("ofice")
