@@ -33,10 +33,10 @@ from harness.board_mlflow import log_leaderboard
 from harness.plots import align
 from harness.stats import Interval, interval, paired_interval
 
-BASELINE = "qlearning"
-ORDER = ("qlearning", "single_best", "uniform", "lantern", "lantern_and")
-COLORS = {"qlearning": "tab:gray", "single_best": "tab:blue", "uniform": "tab:green",
-          "lantern": "tab:red", "lantern_and": "tab:purple"}
+BASELINES = ("qlearning", "qlearning_opt")  # Q-learning from scratch: Q₀ = 0 and optimistic
+ORDER = ("qlearning", "qlearning_opt", "single_best", "uniform", "lantern", "lantern_and")
+COLORS = {"qlearning": "tab:gray", "qlearning_opt": "black", "single_best": "tab:blue",
+          "uniform": "tab:green", "lantern": "tab:red", "lantern_and": "tab:purple"}
 METRICS = (  # column, metric, digits
     ("episodes to threshold", "final/episodes_to_threshold", 1),
     ("env steps to threshold", "final/steps_to_threshold", 0),
@@ -90,9 +90,9 @@ def _task_board(client: MlflowClient, task: str, runs: list, out: Path) -> tuple
     for r in runs:
         by_agent[r.data.tags["rlbench.agent"]][r.data.tags["rlbench.seed"]] = r
     labels = _order(list(by_agent))
-    base = by_agent.get(BASELINE, {})
+    bases = [b for b in BASELINES if b in by_agent]
     header = ["agent", "seeds", "reached"] + [c for c, _, _ in METRICS] + \
-        [f"Δ episodes vs {BASELINE}", f"Δ AUC vs {BASELINE}"]
+        [f"Δ {col} vs {b}" for b in bases for col in ("episodes", "AUC")]
     rows, records = [], []
     for label in labels:
         seeds = by_agent[label]
@@ -108,19 +108,22 @@ def _task_board(client: MlflowClient, task: str, runs: list, out: Path) -> tuple
             cells.append(_fmt(iv, d, star))
             rec[col] = iv.mean
             rec[col + " low"], rec[col + " high"] = iv.low, iv.high
-        for col, m, d in (("episodes", "final/episodes_to_threshold", 1), ("AUC", "final/auc", 3)):
-            if label == BASELINE or not base:
-                cells.append("—")
-                continue
-            b = {s: r.data.metrics.get(m, np.nan) for s, r in base.items()}
-            iv = paired_interval(val[m], b)
-            pct = ""
-            if col == "episodes" and np.mean(list(b.values())) > 0:
-                pct = f" ({100 * iv.mean / np.mean(list(b.values())):+.0f}%)"
-            cells.append(f"{iv.mean:+.{d}f} [{iv.low:+.{d}f}, {iv.high:+.{d}f}]{pct}"
-                         + (" †" if iv.excludes_zero else ""))
-            rec[f"diff {col}"], rec[f"diff {col} low"], rec[f"diff {col} high"] = \
-                iv.mean, iv.low, iv.high
+        for bname in bases:
+            base = by_agent[bname]
+            for col, m, d in (("episodes", "final/episodes_to_threshold", 1),
+                              ("AUC", "final/auc", 3)):
+                if label == bname:
+                    cells.append("—")
+                    continue
+                b = {s: r.data.metrics.get(m, np.nan) for s, r in base.items()}
+                iv = paired_interval(val[m], b)
+                pct = ""
+                if col == "episodes" and np.mean(list(b.values())) > 0:
+                    pct = f" ({100 * iv.mean / np.mean(list(b.values())):+.0f}%)"
+                cells.append(f"{iv.mean:+.{d}f} [{iv.low:+.{d}f}, {iv.high:+.{d}f}]{pct}"
+                             + (" †" if iv.excludes_zero else ""))
+                key = f"diff {col} vs {bname}"
+                rec[key], rec[key + " low"], rec[key + " high"] = iv.mean, iv.low, iv.high
         rows.append(cells)
         records.append(rec)
     curves = {}
@@ -149,7 +152,8 @@ def _task_board(client: MlflowClient, task: str, runs: list, out: Path) -> tuple
           "", "| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     md += ["| " + " | ".join(c) + " |" for c in rows]
     md += ["", "Mean [95% interval] over seeds (percentile bootstrap from 10 seeds, Student-t "
-           "below). Δ: paired per seed, agent − qlearning (negative episodes = fewer needed); "
+           "below). Δ: paired per seed, agent − baseline (negative episodes = fewer needed; % of "
+           "the baseline's mean); "
            "† the interval excludes 0. * some seeds never reached the threshold and count the "
            "whole budget (a lower bound).", "", "![success](success.png)", ""]
     (d / "leaderboard.md").write_text("\n".join(md))
@@ -163,6 +167,14 @@ def _task_board(client: MlflowClient, task: str, runs: list, out: Path) -> tuple
                 for label in labels}
     summary = {"task": task, **meta, "records": records, "row_runs": row_runs}
     return "\n".join(md), [d / "leaderboard.md", d / "leaderboard.csv", d / "success.png"], summary
+
+
+def _diff(rec: dict, col: str, base: str) -> str:
+    key = f"diff {col} vs {base}"
+    if key not in rec:
+        return "—"
+    mark = " †" if rec[key + " low"] > 0 or rec[key + " high"] < 0 else ""
+    return f"{rec[key]:+.1f} [{rec[key + ' low']:+.1f}, {rec[key + ' high']:+.1f}]{mark}"
 
 
 def build_board(uri: str, experiment: str = "lantern", out: str = "leaderboards/lantern",
@@ -196,14 +208,15 @@ def build_board(uri: str, experiment: str = "lantern", out: str = "leaderboards/
              f"`{experiment}` (sweep: `rlbench sweep track=lantern sweep=targets`). Method and "
              "setup: [docs/lantern.md](../../docs/lantern.md).", "",
              "| target task | sources | mean best cosine | agent | episodes to threshold | "
-             "reached | AUC | final success |", "|---|---|---|---|---|---|---|---|"]
+             "reached | AUC | final success | Δ episodes vs qlearning_opt [95%] |",
+             "|---|---|---|---|---|---|---|---|---|"]
     for s in index:
         for rec in s["records"]:
             lines.append(
                 f"| [{s['task']}]({s['task']}/leaderboard.md) | {s['alignment']} | "
                 f"{s['max_sim']:.3f} | {rec['agent']} | {rec['episodes to threshold']:.1f} | "
                 f"{rec['reached']}/{rec['seeds']} | {rec['AUC']:.3f} | "
-                f"{rec['final success']:.3f} |")
+                f"{rec['final success']:.3f} | {_diff(rec, 'episodes', 'qlearning_opt')} |")
     lines += ["", f"{len(runs)} FINISHED runs. Intervals and paired differences against "
               "Q-learning: each task's page.", ""]
     (root / "README.md").write_text("\n".join(lines))

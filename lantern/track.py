@@ -279,7 +279,9 @@ def run_cell(cfg: DictConfig) -> dict[str, float] | None:
         tracker.log_params(cfg)
         tracker.log_text(dfa_to_json(dfa), "dfa.json")
         tracker.log_json(_neighbourhood_report(agent, dfa, ctx), "neighbourhood.json")
-        summary = train_target(cfg, agent, env, tracker.log_metrics)
+        history: list[tuple[dict[str, float], int]] = []
+        summary = train_target(cfg, agent, env, lambda m, ep: history.append((m, ep)))
+        _log_history(tracker, history)  # one batch: SQLite writes dominate a tabular run
         summary.update({k: float(v) for k, v in agent.stats.items()})
         summary["final/source_success_mean"] = float(np.mean([s for _, s in sources])) \
             if sources else float("nan")
@@ -293,6 +295,17 @@ def run_cell(cfg: DictConfig) -> dict[str, float] | None:
           f"episodes_to_threshold={summary['final/episodes_to_threshold']:.0f} "
           f"auc={summary['final/auc']:.3f} final={summary['final/success']:.2f}")
     return summary
+
+
+def _log_history(tracker: Any, history: list[tuple[dict[str, float], int]]) -> None:
+    if not tracker.enabled or not history:
+        return
+    from mlflow.entities import Metric
+
+    now = int(time.time() * 1000)
+    items = [Metric(k, float(v), now, ep) for m, ep in history for k, v in m.items() if v == v]
+    for start in range(0, len(items), 1000):
+        tracker.client.log_batch(tracker.run_id, metrics=items[start : start + 1000])
 
 
 def _neighbourhood_report(agent: Any, dfa: Dfa, ctx: TransferContext) -> dict[str, Any]:
