@@ -190,8 +190,8 @@ def build_board(uri: str, experiment: str = "lantern", out: str = "leaderboards/
     root = Path(out)
     root.mkdir(parents=True, exist_ok=True)
     written, index = [], []
-    command = "rlbench board --track lantern" + (" " + shlex.join(sys.argv[3:])
-                                                  if len(sys.argv) > 3 else "")
+    argv = sys.argv[1:] if sys.argv[1:2] == ["board"] else ["board", "--track", "lantern"]
+    command = "rlbench " + shlex.join(argv)
     for task in sorted(by_task):
         md, files, summary = _task_board(client, task, by_task[task], root)
         written += files
@@ -217,8 +217,11 @@ def build_board(uri: str, experiment: str = "lantern", out: str = "leaderboards/
                 f"{s['max_sim']:.3f} | {rec['agent']} | {rec['episodes to threshold']:.1f} | "
                 f"{rec['reached']}/{rec['seeds']} | {rec['AUC']:.3f} | "
                 f"{rec['final success']:.3f} | {_diff(rec, 'episodes', 'qlearning_opt')} |")
-    lines += ["", f"{len(runs)} FINISHED runs. Intervals and paired differences against "
-              "Q-learning: each task's page.", ""]
+    cells = {(r.data.tags.get("rlbench.task"), r.data.tags.get("rlbench.agent"),
+              r.data.tags.get("rlbench.seed")) for r in runs}
+    lines += ["", f"{len(cells)} (task, agent, seed) cells from {len(runs)} FINISHED runs (a "
+              "cell run twice counts once). Intervals and paired differences against both "
+              "from-scratch baselines: each task's page.", ""]
     (root / "README.md").write_text("\n".join(lines))
     written.append(root / "README.md")
     return written
