@@ -139,6 +139,16 @@ def test_generate_is_token_in_token_out_with_sampled_logprobs(engine: VLLMEngine
     assert isinstance(trajs[0].text, str)
 
 
+def test_stop_strings_cut_the_response_after_the_tag(engine: VLLMEngine) -> None:
+    engine.update_weights(FakeTrainEngine())
+    prompt = engine.encode_text("0")  # the fake continues with the next ids: "1", "2", ...
+    trajs = engine.generate([prompt], SamplingParams(n=3, max_new_tokens=9, stop=("3",)))
+    texts = [engine.decode(t.response_ids) for t in trajs]
+    assert texts == ["12", "123", "123"]  # the 4-token sample "1234" was cut after the tag
+    assert [t.stop_string for t in trajs] == [None, "3", "3"]
+    assert trajs[2].finish_reason == "stop" and len(trajs[2].logprobs) == 3
+
+
 def test_seeds_differ_per_prompt_and_follow_the_generator(engine: VLLMEngine) -> None:
     engine.update_weights(FakeTrainEngine())
     params = SamplingParams(n=4, max_new_tokens=3)

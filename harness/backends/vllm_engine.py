@@ -208,12 +208,46 @@ class VLLMEngine:
         outputs = self.llm.generate([{"prompt_token_ids": list(p)} for p in prompts],
                                     sampling_params=per_prompt, use_tqdm=False)
         trajs = parse_outputs(outputs, prompts, params.n)
+        if params.stop:
+            for traj in trajs:
+                self._cut_at_stop(traj, tuple(params.stop))
         texts = self.tokenizer.batch_decode(
             [t.response_ids[:-1] if t.finish_reason == "stop" else t.response_ids for t in trajs],
             skip_special_tokens=True)
         for i, (traj, text) in enumerate(zip(trajs, texts)):
             traj.text, traj.group_id = text, i // params.n
         return trajs
+
+    def _cut_at_stop(self, traj: Trajectory, stops: tuple[str, ...]) -> None:
+        """Stop strings (multi-turn tool tags) are applied here, token by token as the hf
+        engine does: vLLM runs without a tokenizer, so it generated past them; the tokens up to
+        the one completing the first stop string are kept (their log-probs are unchanged by
+        what was sampled after them). Tool tags given as ids (``tool_stop_ids``) stop vLLM
+        itself and waste nothing."""
+        keep = max(len(s) for s in stops)
+        tail = ""
+        for i, tok in enumerate(traj.response_ids):
+            tail = (tail + self._piece(tok))[-keep:]
+            hit = next((s for s in stops if tail.endswith(s)), None)
+            if hit is not None:
+                traj.response_ids = traj.response_ids[: i + 1]
+                traj.logprobs = traj.logprobs[: i + 1]
+                traj.finish_reason, traj.stop_string = "stop", hit
+                return
+
+    def _piece(self, token_id: int) -> str:
+        cache = self.__dict__.setdefault("_pieces", {})
+        if token_id not in cache:
+            cache[token_id] = self.tokenizer.decode([token_id], skip_special_tokens=True)
+        return cache[token_id]
+
+    def decode(self, ids: list[int]) -> str:
+        """Response text of ``ids`` (EOS and other special tokens dropped)."""
+        return self.tokenizer.decode(ids, skip_special_tokens=True)
+
+    def encode_text(self, text: str) -> list[int]:
+        """Token ids of a text span appended mid-response (a tool result)."""
+        return self.tokenizer.encode(text, add_special_tokens=False)
 
     def sleep(self) -> None:
         """Free the GPU for training (the trainer calls this when the rollout phase ends)."""
