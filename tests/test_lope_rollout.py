@@ -125,6 +125,7 @@ def test_replaced_rows_keep_behaviour_logprobs_of_the_perturbed_prompt_and_train
     # the trainer's pi_old keeps the behaviour log-probs of the replaced rows in both modes
     for mode in ("rollout", "recompute"):
         fake = SimpleNamespace(
+            separate_engines=False,
             cfg=OmegaConf.create({"rollout": {"temperature": 1.0},
                                   "trainer": {"old_logprobs": mode}}),
             engine=SimpleNamespace(logprobs=lambda b, t, m: torch.full(

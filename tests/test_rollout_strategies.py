@@ -71,6 +71,7 @@ def _batch(temperatures: list[float], offpolicy: list[bool]) -> RolloutBatch:
 def test_rows_sampled_at_another_temperature_get_pi_old_at_the_training_temperature():
     batch = _batch([1.0, 1.2, 0.8, 1.0], [False, False, False, True])
     fake = SimpleNamespace(
+        separate_engines=False,
         cfg=OmegaConf.create({"rollout": {"temperature": 1.0},
                               "trainer": {"old_logprobs": "rollout"}}),
         engine=SimpleNamespace(logprobs=lambda b, t, m: torch.full(b["responses"].shape, -7.0)))
