@@ -91,6 +91,39 @@ class Task:
         return h.hexdigest()
 
 
+
+class VariantTask(Task):
+    """A task with a ``tiny`` (CPU testbed) and a ``full`` config section, chosen by
+    ``config.variant``, whose ``_load()`` fills the train pool ``_train`` and the eval sets
+    ``_evals`` (name -> examples) once; eval sets follow ``<section>.eval`` (name -> protocol),
+    cut to each protocol's ``limit``."""
+
+    _train: list[Example] | None = None
+    _evals: dict[str, list[Example]] | None = None
+
+    @property
+    def _section(self) -> Any:
+        return self.config.tiny if self.config.variant == "tiny" else self.config.full
+
+    def _load(self) -> None:
+        raise NotImplementedError
+
+    def train_examples(self) -> list[Example]:
+        self._load()
+        assert self._train is not None
+        return self._train
+
+    def eval_sets(self) -> list[EvalSet]:
+        self._load()
+        assert self._evals is not None
+        out = []
+        for name, protocol in self._section.eval.items():
+            examples = self._evals[name]
+            if protocol.limit is not None:
+                examples = examples[: protocol.limit]
+            out.append(EvalSet(name=name, examples=examples, protocol=protocol))
+        return out
+
 def _example_bytes(ex: Example) -> bytes:
     payload = {"id": ex.id, "prompt": ex.prompt, "answer": ex.answer}
     return json.dumps(payload, sort_keys=True, default=str).encode()

@@ -26,7 +26,7 @@ from typing import Any
 
 from harness import sandbox
 from harness.registry import register_task
-from harness.task import EvalProtocol, EvalSet, Task
+from harness.task import EvalProtocol, VariantTask
 from harness.tools import ToolEnv
 from harness.types import Example, Score
 from tasks.agentic_qa import datasets, tiny
@@ -125,7 +125,7 @@ class FullConfig:
 
 
 @register_task("agentic_qa")
-class AgenticQATask(Task):
+class AgenticQATask(VariantTask):
     """Multi-turn, tool-using QA (search + python), EM/F1-graded."""
 
     name = "agentic_qa"
@@ -159,10 +159,6 @@ class AgenticQATask(Task):
         self._evals: dict[str, list[Example]] | None = None
         self._env: ToolEnv | None = None
         self._world: tiny.World | None = None
-
-    @property
-    def _section(self) -> Any:
-        return self.config.tiny if self.config.variant == "tiny" else self.config.full
 
     @property
     def tool_names(self) -> list[str]:
@@ -212,22 +208,6 @@ class AgenticQATask(Task):
         return self._world
 
     # -- data -----------------------------------------------------------------------------------
-    def train_examples(self) -> list[Example]:
-        self._load()
-        assert self._train is not None
-        return self._train
-
-    def eval_sets(self) -> list[EvalSet]:
-        self._load()
-        assert self._evals is not None
-        out = []
-        for name, protocol in self._section.eval.items():
-            examples = self._evals[name]
-            if protocol.limit is not None:
-                examples = examples[: protocol.limit]
-            out.append(EvalSet(name=name, examples=examples, protocol=protocol))
-        return out
-
     def _load(self) -> None:
         if self._train is not None:
             return

@@ -26,10 +26,9 @@ import random
 import re
 import threading
 from dataclasses import dataclass, field
-from typing import Any
 
 from harness.registry import register_task
-from harness.task import EvalProtocol, EvalSet, Task
+from harness.task import EvalProtocol, VariantTask
 from harness.types import Example, Score
 from tasks.code import datasets, tiny
 from tasks.code.grading import CodeGrader, GraderConfig, GradeResult
@@ -72,7 +71,7 @@ class FullConfig:
 
 
 @register_task("code")
-class CodeTask(Task):
+class CodeTask(VariantTask):
     """Program synthesis graded by sandboxed unit tests."""
 
     name = "code"
@@ -110,10 +109,6 @@ class CodeTask(Task):
         self._evals: dict[str, list[Example]] | None = None
 
     @property
-    def _section(self) -> Any:
-        return self.config.tiny if self.config.variant == "tiny" else self.config.full
-
-    @property
     def grader(self) -> CodeGrader:
         with self._lock:
             if self._grader is None:
@@ -122,22 +117,6 @@ class CodeTask(Task):
             return self._grader
 
     # -- data -----------------------------------------------------------------------------------
-    def train_examples(self) -> list[Example]:
-        self._load()
-        assert self._train is not None
-        return self._train
-
-    def eval_sets(self) -> list[EvalSet]:
-        self._load()
-        assert self._evals is not None
-        out = []
-        for name, protocol in self._section.eval.items():
-            examples = self._evals[name]
-            if protocol.limit is not None:
-                examples = examples[: protocol.limit]
-            out.append(EvalSet(name=name, examples=examples, protocol=protocol))
-        return out
-
     def _load(self) -> None:
         if self._train is not None:
             return

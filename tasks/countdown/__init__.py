@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.registry import register_task
-from harness.task import EvalProtocol, EvalSet, Task
+from harness.task import EvalProtocol, VariantTask
 from harness.types import Example, Score
 from tasks.countdown.solver import enumerate_tiny_problems, solve
 from tasks.countdown.verifier import CheckResult, check_expression
@@ -106,7 +106,7 @@ _EVAL_SETS = {"tiny": ("heldout",), "full": ("countdown34", "countdown4")}
 
 
 @register_task("countdown")
-class CountdownTask(Task):
+class CountdownTask(VariantTask):
     """Countdown (TinyZero problems, or the enumerated tiny testbed)."""
 
     name = "countdown"
@@ -140,27 +140,7 @@ class CountdownTask(Task):
         self._evals: dict[str, list[Example]] | None = None
         self._warmstart: list[tuple[Example, str]] | None = None
 
-    @property
-    def _section(self) -> Any:
-        return self.config.tiny if self.config.variant == "tiny" else self.config.full
-
     # -- data -----------------------------------------------------------------------------------
-    def train_examples(self) -> list[Example]:
-        self._load()
-        assert self._train is not None
-        return self._train
-
-    def eval_sets(self) -> list[EvalSet]:
-        self._load()
-        assert self._evals is not None
-        out = []
-        for name, protocol in self._section.eval.items():
-            examples = self._evals[name]
-            if protocol.limit is not None:
-                examples = examples[: protocol.limit]
-            out.append(EvalSet(name=name, examples=examples, protocol=protocol))
-        return out
-
     def warmstart_examples(self) -> list[tuple[Example, str]]:
         if self._warmstart is None:
             if self.config.variant == "tiny":

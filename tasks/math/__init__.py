@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from harness.registry import register_task
-from harness.task import EvalProtocol, EvalSet, Task
+from harness.task import EvalProtocol, VariantTask
 from harness.types import Example, Score
 from tasks.math import datasets, tiny
 from tasks.math.extract import METHODS, extract_answer
@@ -94,7 +94,7 @@ class FullConfig:
 
 
 @register_task("math")
-class MathTask(Task):
+class MathTask(VariantTask):
     """MATH-family problems with boxed answers, graded by math-verify in worker processes."""
 
     name = "math"
@@ -130,27 +130,7 @@ class MathTask(Task):
         self._train: list[Example] | None = None
         self._evals: dict[str, list[Example]] | None = None
 
-    @property
-    def _section(self) -> Any:
-        return self.config.tiny if self.config.variant == "tiny" else self.config.full
-
     # -- data -----------------------------------------------------------------------------------
-    def train_examples(self) -> list[Example]:
-        self._load()
-        assert self._train is not None
-        return self._train
-
-    def eval_sets(self) -> list[EvalSet]:
-        self._load()
-        assert self._evals is not None
-        out = []
-        for name, protocol in self._section.eval.items():
-            examples = self._evals[name]
-            if protocol.limit is not None:
-                examples = examples[: protocol.limit]
-            out.append(EvalSet(name=name, examples=examples, protocol=protocol))
-        return out
-
     @property
     def default_max_new_tokens(self) -> int:
         return int(self._section.max_new_tokens)
