@@ -55,11 +55,11 @@ from harness.config import validate_config
 from harness.evaluation import evaluate
 from harness.manifest import build_manifest
 from harness.registry import BACKENDS, MODELS, TASKS
-from harness.rollout import RolloutContext
+from harness.rollout import PromptSampler, RolloutContext, on_policy_rows, rollout_metrics
 from harness.rollout_correction import apply_rollout_correction
 from harness.task import Task
 from harness.tracking import Tracker
-from harness.types import Example, SamplingParams
+from harness.types import SamplingParams
 
 
 class RunInterrupted(BaseException):
@@ -68,40 +68,6 @@ class RunInterrupted(BaseException):
     def __init__(self, signum: int) -> None:
         super().__init__(f"interrupted by signal {signum}")
         self.signum = signum
-
-
-class PromptSampler:
-    """Shuffled passes over the training pool; the order of pass ``e`` depends only on
-    (seed, e), so (epoch, position) is the whole state a checkpoint needs."""
-
-    def __init__(self, examples: list[Example], seed: int) -> None:
-        if not examples:
-            raise ValueError("the task's training pool is empty")
-        self.examples, self.seed = examples, seed
-        self.epoch, self.position = 0, 0
-        self._order = self._shuffled(0)
-
-    def _shuffled(self, epoch: int) -> list[int]:
-        order = list(range(len(self.examples)))
-        random.Random(self.seed * 100_003 + epoch).shuffle(order)
-        return order
-
-    def draw(self, k: int) -> list[Example]:
-        out = []
-        for _ in range(k):
-            if self.position == len(self._order):
-                self.epoch, self.position = self.epoch + 1, 0
-                self._order = self._shuffled(self.epoch)
-            out.append(self.examples[self._order[self.position]])
-            self.position += 1
-        return out
-
-    def state_dict(self) -> dict[str, int]:
-        return {"epoch": self.epoch, "position": self.position}
-
-    def load_state_dict(self, state: dict[str, int]) -> None:
-        self.epoch, self.position = state["epoch"], state["position"]
-        self._order = self._shuffled(self.epoch)
 
 
 def process_rank() -> int:
@@ -113,45 +79,6 @@ def seed_everything(seed: int) -> None:
     random.seed(seed)
     np.random.seed(seed)
     torch.manual_seed(seed)
-
-
-def on_policy_rows(batch: RolloutBatch, train_temperature: float) -> torch.Tensor:
-    """Bool [B]: rows sampled from pi_theta itself on their training prompt at the training
-    temperature (not LOPE's perturbed-prompt rows, not arbitrary-entropy's side batch)."""
-    t = batch["sampling_temperature"]
-    return ~batch["is_offpolicy"] & ((t == train_temperature) | t.isnan())
-
-
-def rollout_metrics(batch: RolloutBatch, train_temperature: float = 1.0) -> dict[str, float]:
-    if len(batch) == 0:
-        return {"rollout/samples": 0.0}
-    rewards, mask = batch["rewards"], batch["response_mask"]
-    lengths = batch.response_lengths()
-    groups = batch["group_index"]
-    g = batch.num_groups
-    lo = torch.full((g,), float("inf")).scatter_reduce(0, groups, rewards, "amin")
-    hi = torch.full((g,), float("-inf")).scatter_reduce(0, groups, rewards, "amax")
-    out = {
-        "rollout/reward_mean": float(rewards.mean()),
-        "rollout/reward_std": float(rewards.std()) if len(rewards) > 1 else 0.0,
-        "rollout/acc": float(batch["correct"].float().mean()),
-        "rollout/zero_var_group_frac": float((hi - lo == 0).float().mean()),
-        "rollout/parse_fail_rate": float((~batch["parsed"]).float().mean()),
-        "rollout/response_len_mean": float(lengths.mean()),
-        "rollout/response_len_max": float(lengths.max()),
-        "rollout/truncation_rate": float(batch["truncated"].float().mean()),
-        "rollout/samples": float(len(batch)),
-    }
-    if "entropy" in batch:
-        # the policy's own entropy: rows sampled from another prompt or temperature measure a
-        # different distribution
-        m = mask * on_policy_rows(batch, train_temperature)[:, None]
-        out["rollout/entropy"] = float((batch["entropy"] * m).sum() / m.sum().clamp(min=1))
-    if "old_logprobs" in batch:
-        own = on_policy_rows(batch, train_temperature)[:, None]
-        diff = (batch["old_logprobs"] - batch["rollout_logprobs"]).abs() * mask * own
-        out["rollout/logprob_diff_max"] = float(diff.max())
-    return out
 
 
 class Trainer:
