@@ -105,7 +105,22 @@ class VariantTask(Task):
     def _section(self) -> Any:
         return self.config.tiny if self.config.variant == "tiny" else self.config.full
 
+    @property
+    def default_max_new_tokens(self) -> int:
+        return int(self._section.max_new_tokens)
+
     def _load(self) -> None:
+        if self._train is not None:
+            return
+        if self.config.variant == "tiny":
+            self._train, self._evals = self._tiny_split()
+        else:
+            self._train, self._evals = self._full_data()
+
+    def _tiny_split(self) -> tuple[list[Example], dict[str, list[Example]]]:
+        raise NotImplementedError
+
+    def _full_data(self) -> tuple[list[Example], dict[str, list[Example]]]:
         raise NotImplementedError
 
     def train_examples(self) -> list[Example]:

@@ -270,10 +270,6 @@ class AgenticQATask(VariantTask):
                 pairs.append((ex, f"<answer>{gold}</answer>"))
         return pairs
 
-    @property
-    def default_max_new_tokens(self) -> int:
-        return int(self._section.max_new_tokens)
-
     # -- verification ---------------------------------------------------------------------------
     def verify(self, example: Example, response: str) -> Score:
         section = self._section

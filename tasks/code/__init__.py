@@ -156,10 +156,6 @@ class CodeTask(VariantTask):
                 pairs.append((ex, "```python\n" + ex.meta["reference"].strip() + "\n```"))
         return pairs
 
-    @property
-    def default_max_new_tokens(self) -> int:
-        return int(self._section.max_new_tokens)
-
     # -- verification ---------------------------------------------------------------------------
     def extract(self, example: Example, response: str) -> str | None:
         """The program to run, or None when the response has none."""

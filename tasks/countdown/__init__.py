@@ -149,18 +149,6 @@ class CountdownTask(VariantTask):
                 self._warmstart = self._full_warmstart()
         return self._warmstart
 
-    @property
-    def default_max_new_tokens(self) -> int:
-        return int(self._section.max_new_tokens)
-
-    def _load(self) -> None:
-        if self._train is not None:
-            return
-        if self.config.variant == "tiny":
-            self._train, self._evals = self._tiny_split()
-        else:
-            self._train, self._evals = self._full_data()
-
     # -- tiny variant ---------------------------------------------------------------------------
     def _tiny_split(self) -> tuple[list[Example], dict[str, list[Example]]]:
         cfg = self.config.tiny

@@ -131,10 +131,6 @@ class MathTask(VariantTask):
         self._evals: dict[str, list[Example]] | None = None
 
     # -- data -----------------------------------------------------------------------------------
-    @property
-    def default_max_new_tokens(self) -> int:
-        return int(self._section.max_new_tokens)
-
     def warmstart_examples(self) -> list[tuple[Example, str]]:
         """Tiny: the reference derivations of a ``warmstart_fraction`` share of the train pool.
         Full: MATH train has no worked solutions, so the pairs only teach the answer format
@@ -147,14 +143,6 @@ class MathTask(VariantTask):
             return [(ex, ex.meta["reference"]) for ex in train[: round(frac * len(train))]]
         limit = max(self.config.full.warmstart_limit, 0)
         return [(ex, f"\\boxed{{{ex.answer['gold']}}}") for ex in train[:limit]]
-
-    def _load(self) -> None:
-        if self._train is not None:
-            return
-        if self.config.variant == "tiny":
-            self._train, self._evals = self._tiny_split()
-        else:
-            self._train, self._evals = self._full_data()
 
     def _tiny_split(self) -> tuple[list[Example], dict[str, list[Example]]]:
         cfg = self.config.tiny
