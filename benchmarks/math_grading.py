@@ -1,5 +1,5 @@
 """Grading throughput of the math task: answers per second through extraction + math-verify in
-worker processes (:class:`tasks.math.grading.MathGrader`), on typical answers.
+worker processes (:class:`harness.mathgrade.grading.MathGrader`), on typical answers.
 
 Typical answers: for every problem of the chosen eval sets (default MATH500 + GSM8K + AMC23 +
 AIME24), one response whose final ``\\boxed{}`` holds the gold answer and ``--wrong`` responses
@@ -20,10 +20,10 @@ import random
 import statistics
 import time
 
+from harness.mathgrade.grading import GraderConfig
 from harness.types import Example
 from tasks.math import MathTask
 from tasks.math.datasets import load
-from tasks.math.grading import GraderConfig
 
 
 def build_items(sets: list[str], wrong: int, seed: int) -> tuple[list[Example], list[str]]:

@@ -10,10 +10,10 @@ import time
 
 import pytest
 
+from harness.mathgrade.extract import answer_line, extract_answer, last_boxed, last_number
+from harness.mathgrade.grading import GraderConfig, MathGrader
 from harness.types import Example
 from tasks.math import MathTask, datasets
-from tasks.math.extract import answer_line, extract_answer, last_boxed, last_number
-from tasks.math.grading import GraderConfig, MathGrader
 
 
 @pytest.fixture(scope="module")

@@ -11,10 +11,10 @@ import pytest
 from harness.board import build_leaderboards
 from harness.cli import compose_config
 from harness.components import ConfigError, build, validate
+from harness.mathgrade.grading import GraderConfig
 from harness.registry import TASKS
 from harness.task import EvalProtocol
 from tasks.math import INSTRUCTION, FullConfig, MathTask, TinyConfig, render_prompt, tiny
-from tasks.math.grading import GraderConfig
 
 
 def _tiny_task() -> MathTask:

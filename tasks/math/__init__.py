@@ -17,11 +17,11 @@ Two variants (``task.variant``):
   ``linear`` and ``arith``. ``conf/task/math_tiny.yaml`` selects it.
 
 Grading is identical in both: the answer is extracted from the response
-(:mod:`tasks.math.extract`: last ``\\boxed{}``, then ``Answer:``, then the last number; each
+(:mod:`harness.mathgrade.extract`: last ``\\boxed{}``, then ``Answer:``, then the last number; each
 method counted) and compared with the gold answer by math-verify in worker processes with a hard
-per-item timeout (:mod:`tasks.math.grading`). A timeout or grading error scores 0 and is counted
-(``eval/<set>/grade_timeout``, ``grade_error``), never raised. Reward: ``correct_score`` when
-correct, ``format_score`` when an answer was extracted but is wrong, else 0.
+per-item timeout (:mod:`harness.mathgrade.grading`). A timeout or grading error scores 0 and is
+counted (``eval/<set>/grade_timeout``, ``grade_error``), never raised. Reward: ``correct_score``
+when correct, ``format_score`` when an answer was extracted but is wrong, else 0.
 """
 
 from __future__ import annotations
@@ -30,12 +30,12 @@ import random
 from dataclasses import dataclass, field
 from typing import Any
 
+from harness.mathgrade.extract import METHODS, extract_answer
+from harness.mathgrade.grading import GraderConfig, MathGrader
 from harness.registry import register_task
 from harness.task import EvalProtocol, VariantTask
 from harness.types import Example, Score
 from tasks.math import datasets, tiny
-from tasks.math.extract import METHODS, extract_answer
-from tasks.math.grading import GraderConfig, MathGrader
 
 VARIANTS = ("tiny", "full")
 INSTRUCTION = "Please reason step by step, and put your final answer within \\boxed{}."

@@ -31,7 +31,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from tasks.math.extract import last_boxed
+from harness.mathgrade.extract import last_boxed
 
 DATA_DIR = Path(__file__).parent / "data"
 FILES = {

@@ -1,4 +1,4 @@
-"""Grading worker process (started by :class:`tasks.math.grading.MathGrader`; not imported).
+"""Grading worker process (started by :class:`harness.mathgrade.grading.MathGrader`; not imported).
 
 Runs as its own interpreter, loaded by file path so that it imports nothing of rlbench (and no
 torch): only the standard library and math-verify. It reads batches of

@@ -2,12 +2,12 @@
 
 Why processes: math-verify 0.9's ``parse``/``verify`` time out with ``signal.alarm``, which only
 works in the main thread, and sympy can spend unbounded time (or memory) on hostile input such as
-``\\boxed{9^{9^{9^9}}}``. Each worker (:mod:`tasks.math._worker`) is a separate interpreter that
-bounds every item with its own ``setitimer`` alarm; the parent (:class:`MathGrader`) additionally
-kills a worker whose current item overruns ``timeout_s + kill_grace_s`` (code stuck in C never
-sees the alarm), scores that item 0 with status ``timeout``, and hands the worker's remaining
-items to a fresh one. A worker that dies (crash, memory limit) costs its current item (status
-``error``) and is replaced. So a grading failure is always a 0 that is counted, never an
+``\\boxed{9^{9^{9^9}}}``. Each worker (:mod:`harness.mathgrade._worker`) is a separate interpreter
+that bounds every item with its own ``setitimer`` alarm; the parent (:class:`MathGrader`)
+additionally kills a worker whose current item overruns ``timeout_s + kill_grace_s`` (code stuck
+in C never sees the alarm), scores that item 0 with status ``timeout``, and hands the worker's
+remaining items to a fresh one. A worker that dies (crash, memory limit) costs its current item
+(status ``error``) and is replaced. So a grading failure is always a 0 that is counted, never an
 exception in the training step and never a hang.
 
 Throughput: items travel in chunks over a socket pair and come back one result at a time; the
@@ -32,7 +32,7 @@ from multiprocessing.connection import Connection, wait
 from pathlib import Path
 
 _WORKER = Path(__file__).with_name("_worker.py")
-# Load the worker by path without putting tasks/math on sys.path (its module names would
+# Load the worker by path without putting harness/mathgrade on sys.path (its module names would
 # shadow installed packages) and without importing rlbench (or torch).
 _BOOTSTRAP = (
     "import importlib.util,sys;"

@@ -11,7 +11,7 @@ The answer is, in order of preference:
 
 Which methods are tried is configurable (``task.extraction``); each is counted separately in the
 parse statistics, and ``none`` means nothing could be extracted (``Score.parsed=False``). Nothing
-here evaluates model text; the grading itself happens in :mod:`tasks.math.grading`.
+here evaluates model text; the grading itself happens in :mod:`harness.mathgrade.grading`.
 """
 
 from __future__ import annotations
