@@ -22,7 +22,7 @@ from harness.batch import RolloutBatch
 from harness.multiturn import generate_multiturn, tool_metrics
 from harness.registry import register_rollout
 from harness.task import Task
-from harness.types import Example, SamplingParams, Trajectory
+from harness.types import Example, SamplingParams, Score, Trajectory
 
 
 class RolloutEngine(Protocol):
@@ -45,6 +45,9 @@ class RolloutContext:
     shape_rewards: Callable[[RolloutBatch], None] = lambda batch: None
     timings: dict[str, float] = field(default_factory=dict)
     metrics: dict[str, float] = field(default_factory=dict)
+    # sums of the verifiers' per-sample ``Score.info["stats"]`` over every scored trajectory
+    stat_sums: dict[str, float] = field(default_factory=dict)
+    scored: int = 0
 
     def add_time(self, stage: str, seconds: float) -> None:
         self.timings[stage] = self.timings.get(stage, 0.0) + seconds
@@ -84,10 +87,23 @@ def score_groups(ctx: RolloutContext, trajs: list[Trajectory], owners: list[Exam
     scores = ctx.task.verify_batch(owners, [t.text for t in trajs])
     for traj, score, owner, g in zip(trajs, scores, owners, group_ids, strict=True):
         traj.example, traj.score, traj.group_id = owner, score, g
+    _log_verifier_stats(ctx, scores)
     batch = RolloutBatch.from_trajectories(trajs, ctx.engine.pad_token_id)
     ctx.shape_rewards(batch)
     ctx.add_time("reward", time.perf_counter() - t0)
     return batch
+
+
+def _log_verifier_stats(ctx: RolloutContext, scores: list[Score]) -> None:
+    """``rollout/<stat>``: the mean of each verifier stat (answer-extraction method, grading
+    timeouts, EM/F1, tool calls, ...) over every trajectory scored this step, discarded groups
+    included, as ``eval/<set>/<stat>`` is over an eval set."""
+    ctx.scored += len(scores)
+    for score in scores:
+        for key, value in score.info.get("stats", {}).items():
+            ctx.stat_sums[key] = ctx.stat_sums.get(key, 0.0) + float(value)
+    for key, total in ctx.stat_sums.items():
+        ctx.metrics[f"rollout/{key}"] = total / max(ctx.scored, 1)
 
 
 @register_rollout("group")

@@ -110,3 +110,29 @@ def test_eval_logs_to_mlflow_and_board_shows_one_column_per_eval_set(tmp_path: P
                    "linear pass@2", "linear maj@2"):
         assert column in header
     assert "| base@eval |" in md
+
+
+def test_training_rollouts_log_extraction_method_rates():
+    """``score_groups`` averages the verifier's per-sample stats into ``rollout/<stat>``, over
+    every trajectory scored in the step (here two calls, as dynamic sampling makes)."""
+    from types import SimpleNamespace
+
+    from harness.rollout import RolloutContext, score_groups
+    from harness.types import Trajectory
+
+    task = _tiny_task()
+    ex = tiny.linear_problems()[0]
+    gold = ex.answer["gold"]
+    engine = SimpleNamespace(pad_token_id=0)
+    ctx = RolloutContext(engine=engine, task=task, draw_prompts=lambda k: [], prompts_per_step=1,
+                         sampling=None)
+    texts = [f"x=\\boxed{{{gold}}}", f"Answer: {gold}", "x is 99", "no idea"]
+    trajs = [Trajectory(prompt_ids=[1], response_ids=[2, 3], text=t) for t in texts]
+    score_groups(ctx, trajs[:2], [ex, ex], [0, 0])
+    assert ctx.metrics["rollout/extract_boxed"] == 0.5
+    score_groups(ctx, trajs[2:], [ex, ex], [1, 1])
+    assert ctx.metrics["rollout/extract_boxed"] == 0.25
+    assert ctx.metrics["rollout/extract_answer_line"] == 0.25
+    assert ctx.metrics["rollout/extract_last_number"] == 0.25
+    assert ctx.metrics["rollout/extract_none"] == 0.25
+    assert ctx.metrics["rollout/grade_timeout"] == 0.0
