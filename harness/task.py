@@ -140,5 +140,18 @@ class VariantTask(Task):
         return out
 
 def _example_bytes(ex: Example) -> bytes:
+    """The hashed content of one example: id, prompt, answer and a digest of each image (the
+    image's ``info["sha256"]`` when its loader set one, else sha256 of mode, size and pixels)."""
     payload = {"id": ex.id, "prompt": ex.prompt, "answer": ex.answer}
+    if ex.images:
+        payload["images"] = [_image_digest(im) for im in ex.images]
     return json.dumps(payload, sort_keys=True, default=str).encode()
+
+
+def _image_digest(image: Any) -> str:
+    info = getattr(image, "info", None)
+    if isinstance(info, dict) and isinstance(info.get("sha256"), str):
+        return info["sha256"]
+    h = hashlib.sha256(f"{getattr(image, 'mode', '')}{getattr(image, 'size', '')}".encode())
+    h.update(image.tobytes() if hasattr(image, "tobytes") else repr(image).encode())
+    return h.hexdigest()

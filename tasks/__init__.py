@@ -1,8 +1,10 @@
-"""Built-in tasks. Importing this package registers them (entry point ``rlbench.tasks``)."""
+"""Built-in tasks. Importing this package registers them (entry point ``rlbench.tasks``):
+"agentic_qa", "code", "countdown", "geometry3k", "math"."""
 
-from tasks import (  # noqa: F401  (registers "agentic_qa", "code", "countdown", "math")
+from tasks import (  # noqa: F401  (imported to register)
     agentic_qa,
     code,
     countdown,
+    geometry3k,
     math,
 )
