@@ -15,7 +15,8 @@ graded by math-verify), the answer ``choices`` and the gold ``letter`` when the 
 * ``parquet``: the Hugging Face ``hiyouga/geometry3k`` files (``images``, ``problem``,
   ``answer``), a file or a directory holding ``<split>*.parquet`` (``val`` also matches
   ``validation``). Test rows are matched to their Inter-GPS id by problem text where the bundled
-  set has the same text (so the text-only mode finds their logic forms).
+  set has exactly one problem with the same text and answer (so the text-only mode finds their
+  logic forms); other rows are ``<split>-<row>``.
 
 Nothing is downloaded; a user-supplied path is only read.
 """
@@ -149,11 +150,14 @@ def load_parquet(path: str | Path, split: str = "test") -> list[Problem]:
     for f in _parquet_files(path, split):
         rows += pq.read_table(f).to_pylist()
     forms = logic_forms() if split == "test" else {}
-    by_text = ({_norm(p.text): p.id for p in load_bundled()} if split == "test" else {})
+    by_text: dict[tuple[str, str], str | None] = {}
+    for p in load_bundled() if split == "test" else []:  # only (text, answer) pairs seen once
+        key = (_norm(p.text), _norm(p.value))
+        by_text[key] = None if key in by_text else p.id
     out = []
     for i, row in enumerate(rows):
         text = str(row["problem"]).replace("<image>", "").strip()
-        pid = by_text.get(_norm(text), f"{split}-{i:04d}")
+        pid = by_text.get((_norm(text), _norm(str(row["answer"])))) or f"{split}-{i:04d}"
         choices = row.get("choices")
         out.append(Problem(id=pid, split=split, text=text, value=str(row["answer"]).strip(),
                            choices=[str(c) for c in choices] if choices else None,
