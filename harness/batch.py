@@ -27,6 +27,11 @@ truncated      [B] bool     the response hit max_new_tokens
 advantages     [B] or [B,T] written by the advantage estimator
 ============== ============ =====================================================================
 
+Pixel inputs of multimodal prompts are not padded tensors (Qwen2.5-VL's ``pixel_values`` is
+[patches, features] with a different patch count per image): they stay on the trajectories
+(``Trajectory.mm_inputs``), which every selection and split keeps aligned with the rows, and
+:meth:`RolloutBatch.mm_inputs` concatenates them for one model call.
+
 Stages call :meth:`RolloutBatch.require` with the keys they read, so a missing key fails with a
 message that names the stage and the key.
 """
@@ -160,6 +165,14 @@ class RolloutBatch:
                 f"stage {stage!r} needs batch keys {missing}, which no earlier stage wrote; "
                 f"present: {sorted(self.tensors)}"
             )
+
+    def mm_inputs(self) -> dict[str, torch.Tensor] | None:
+        """The rows' pixel inputs for one forward (each key concatenated over the rows that
+        have images, in row order), exactly the tensors the rollout engine sampled with; None
+        for a text-only batch."""
+        from harness.models.multimodal import collate_mm
+
+        return collate_mm([t.mm_inputs for t in self.trajectories])
 
     @property
     def prompt_length(self) -> int:

@@ -2,7 +2,9 @@
 
 ``Example`` is one problem, ``Score`` is a verifier's verdict on one response, ``SamplingParams``
 says how to sample, and ``Trajectory`` is one sampled response, token-in/token-out: the ids the
-rollout engine produced are the ids the trainer trains on, never re-tokenized.
+rollout engine produced are the ids the trainer trains on, never re-tokenized. Likewise a
+multimodal prompt's pixel inputs (``MultimodalPrompt.mm_inputs``) are computed once and carried
+on the trajectory into training, never re-processed.
 """
 
 from __future__ import annotations
@@ -23,6 +25,23 @@ class Example:
     answer: Any = None
     meta: dict[str, Any] = field(default_factory=dict)
     images: list[Any] | None = None
+
+
+class MultimodalPrompt(list):
+    """Prompt token ids (a ``list[int]``) that carry the pixel inputs of their images.
+
+    ``mm_inputs`` are the tensors the model takes besides the ids (``pixel_values``, and
+    ``image_grid_thw`` for Qwen2.5-VL), computed once by the engine's ``encode_prompt``;
+    ``images`` are the raw images (what vLLM's ``multi_modal_data`` takes). Being a list, it
+    travels through every caller that passes prompt ids to ``engine.generate`` unchanged;
+    slicing or concatenating it gives a plain list (multi-turn prompts do not keep images).
+    """
+
+    def __init__(self, ids: list[int], mm_inputs: dict[str, torch.Tensor],
+                 images: list[Any] | None = None) -> None:
+        super().__init__(ids)
+        self.mm_inputs = mm_inputs
+        self.images = images or []
 
 
 @dataclass
@@ -86,6 +105,9 @@ class Trajectory:
     # (index within the group) and how many response tokens it shares with it
     branch_parent: int | None = None
     branch_shared: int = 0
+    # multimodal prompts: the pixel inputs the rollout engine prefilled with (the same tensor
+    # objects, shared by the n samples of a prompt); training forwards reuse them as they are
+    mm_inputs: dict[str, torch.Tensor] | None = None
 
     @property
     def truncated(self) -> bool:

@@ -7,6 +7,12 @@ same convention as verl and vLLM's ``logprobs``) and, when asked, the entropy of
 distribution. Training computes the same quantities with gradients for a padded
 :class:`RolloutBatch`, then AdamW with gradient clipping. Rollout and training share one model,
 so ``update_weights`` is a no-op.
+
+Vision-language models (Qwen2.5-VL through ``AutoModelForImageTextToText`` + ``AutoProcessor``,
+and the tiny VLM of :mod:`harness.models.tiny_vlm`): ``encode_prompt`` of an example with
+images returns a :class:`MultimodalPrompt` carrying its pixel inputs; the prefill takes them,
+each trajectory keeps the same tensors, and ``forward`` feeds them back from the batch's
+trajectories (:mod:`harness.models.multimodal`). Text-only prompts take the unchanged path.
 """
 
 from __future__ import annotations
@@ -21,6 +27,12 @@ import torch
 import torch.nn.functional as F
 
 from harness.batch import RolloutBatch
+from harness.models.multimodal import (
+    collate_mm,
+    encode_multimodal,
+    is_vision_config,
+    mm_position_ids,
+)
 from harness.models.tiny import TOKENIZER_MARKER, load_tokenizer
 from harness.types import Example, SamplingParams, Trajectory
 
@@ -45,6 +57,17 @@ def token_logprobs_and_entropy(
         source = logp_all if entropy_grad else logp_all.detach()
         entropy = -(source.exp() * source).sum(-1)
     return logp, entropy
+
+
+def auto_model_class(model_path: str | Path) -> Any:
+    """``AutoModelForImageTextToText`` for a VLM with a vision tower config (Qwen2.5-VL),
+    else ``AutoModelForCausalLM`` (text models and the tiny VLM, registered on import)."""
+    from transformers import AutoConfig, AutoModelForCausalLM, AutoModelForImageTextToText
+
+    import harness.models.tiny_vlm  # noqa: F401  registers the tiny VLM with the Auto classes
+
+    config = AutoConfig.from_pretrained(model_path)
+    return AutoModelForImageTextToText if is_vision_config(config) else AutoModelForCausalLM
 
 
 def filter_logits(logits: torch.Tensor, top_p: float, top_k: int) -> torch.Tensor:
@@ -73,8 +96,6 @@ class HFEngine:
         need_reference: bool = False,
         attn_implementation: str | None = None,
     ) -> None:
-        from transformers import AutoModelForCausalLM
-
         if backend_cfg.threads > 0:
             torch.set_num_threads(backend_cfg.threads)
         self.model_path = model_path
@@ -82,10 +103,15 @@ class HFEngine:
         dtype = getattr(torch, backend_cfg.dtype)
         self.tokenizer = load_tokenizer(model_path)
         attn_impl = {"attn_implementation": attn_implementation} if attn_implementation else {}
-        self.model = AutoModelForCausalLM.from_pretrained(
+        self.model = auto_model_class(model_path).from_pretrained(
             model_path, dtype=dtype, **attn_impl
         ).to(self.device)
         self.model.eval()
+        self.processor = None
+        if is_vision_config(self.model.config):  # Qwen2.5-VL: chat template + image processor
+            from transformers import AutoProcessor
+
+            self.processor = AutoProcessor.from_pretrained(model_path)
         self.gen_batch_size = backend_cfg.gen_batch_size
         self.pad_token_id = (
             self.tokenizer.pad_token_id
@@ -123,6 +149,9 @@ class HFEngine:
         return cache[token_id]
 
     def encode_prompt(self, example: Example) -> list[int]:
+        """Prompt ids; with images, a :class:`MultimodalPrompt` that carries the pixels."""
+        if example.images:
+            return encode_multimodal(example, self.tokenizer, self.processor, self.model.config)
         if isinstance(example.prompt, str):
             return self.tokenizer.encode(example.prompt, add_special_tokens=False)
         return list(
@@ -166,14 +195,20 @@ class HFEngine:
             attn[i, P - len(p) :] = 1
         ids, attn = ids.to(self.device), attn.to(self.device)
         pos = (attn.cumsum(-1) - 1).clamp(min=0)
+        # multimodal prompts: their pixel inputs go into the prefill (and onto the trajectories)
+        row_mm = [getattr(p, "mm_inputs", None) for p in unique_prompts]
+        mm = self._mm_to_device(collate_mm(row_mm))
+        if mm is not None:
+            mpos = mm_position_ids(self.model, ids, attn, mm)
+            pos = pos if mpos is None else mpos  # [3, U, P] multimodal RoPE (Qwen2.5-VL)
         # The n samples of a prompt share its prefill: run it once per prompt, then repeat the KV
         # cache n times (prefill is a third of the rollout on the tiny model otherwise).
         out = self.model(input_ids=ids, attention_mask=attn, position_ids=pos, use_cache=True,
-                         logits_to_keep=1)
+                         logits_to_keep=1, **(mm or {}))
         cache = out.past_key_values
         if params.n > 1:
             cache.batch_repeat_interleave(params.n)
-            attn, pos = attn.repeat_interleave(params.n, 0), pos.repeat_interleave(params.n, 0)
+            attn, pos = attn.repeat_interleave(params.n, 0), pos.repeat_interleave(params.n, -2)
             out.logits = out.logits.repeat_interleave(params.n, 0)
         prompts = [p for p in unique_prompts for _ in range(params.n)]
         N, T = len(prompts), params.max_new_tokens
@@ -183,7 +218,7 @@ class HFEngine:
         eos = torch.as_tensor(self.eos_token_ids, device=self.device)
         done = torch.zeros(N, dtype=torch.bool, device=self.device)
         lengths = torch.full((N,), T, dtype=torch.long, device=self.device)
-        next_pos = pos[:, -1:] + 1
+        next_pos = pos[..., -1:] + 1
         steps = 0
         stops = tuple(params.stop)
         keep = max((len(s) for s in stops), default=0)
@@ -231,9 +266,14 @@ class HFEngine:
                     entropy=ents[i, :n].clone() if params.entropy else None,
                     finish_reason="stop" if bool(done[i]) else "length",
                     stop_string=matched[i] if stops else None,
+                    mm_inputs=row_mm[i // params.n],
                 )
             )
         return trajs
+
+    def _mm_to_device(self, mm: dict[str, torch.Tensor] | None
+                      ) -> dict[str, torch.Tensor] | None:
+        return None if mm is None else {k: v.to(self.device) for k, v in mm.items()}
 
     def update_weights(self, train_engine: Any) -> None:
         """Rollout and training share one model: nothing to sync."""
@@ -267,12 +307,14 @@ class HFEngine:
         model = model or self.model
         mb.require("input_ids", "attention_mask", "position_ids", "responses", stage="forward")
         T = mb["responses"].shape[1]
-        logits = model(
-            input_ids=mb["input_ids"].to(self.device),
-            attention_mask=mb["attention_mask"].to(self.device),
-            position_ids=mb["position_ids"].to(self.device),
-            logits_to_keep=T + 1,
-        ).logits[:, :T]
+        ids, attn = mb["input_ids"].to(self.device), mb["attention_mask"].to(self.device)
+        pos = mb["position_ids"].to(self.device)
+        mm = self._mm_to_device(mb.mm_inputs())  # the tensors the rollout sampled with
+        if mm is not None:
+            mpos = mm_position_ids(model, ids, attn, mm)
+            pos = pos if mpos is None else mpos
+        logits = model(input_ids=ids, attention_mask=attn, position_ids=pos,
+                       logits_to_keep=T + 1, **(mm or {})).logits[:, :T]
         return token_logprobs_and_entropy(logits, mb["responses"].to(self.device), temperature,
                                           with_entropy, entropy_grad)
 
@@ -315,6 +357,8 @@ class HFEngine:
         path = Path(path)
         self.model.save_pretrained(path)
         self.tokenizer.save_pretrained(path)
+        if self.processor is not None:
+            self.processor.save_pretrained(path)
         marker = Path(self.model_path) / TOKENIZER_MARKER
         if marker.exists():  # keep the checkpoint loadable with the same tokenizer
             shutil.copy(marker, path / TOKENIZER_MARKER)
@@ -325,10 +369,8 @@ class HFEngine:
         torch.save(state, path / "engine_state.pt")
 
     def load(self, path: str | Path) -> None:
-        from transformers import AutoModelForCausalLM
-
         path = Path(path)
-        loaded = AutoModelForCausalLM.from_pretrained(path, dtype=self.model.dtype)
+        loaded = auto_model_class(path).from_pretrained(path, dtype=self.model.dtype)
         self.model.load_state_dict(loaded.state_dict())
         state = torch.load(path / "engine_state.pt", weights_only=False)
         self.generator.set_state(state["generator"])

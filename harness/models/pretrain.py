@@ -1,6 +1,8 @@
 """Supervised warm start: next-token cross-entropy on (prompt, reference completion) pairs.
 
-Only completion tokens (and the final EOS) are trained on; the prompt is context. A fixed number
+Only completion tokens (and the final EOS) are trained on; the prompt is context. For the tiny
+vision-language model the prompt starts with its image placeholders and each step also feeds the
+rows' pixels (``pixel_values``), the same preprocessing the engine uses at rollout. A fixed number
 of AdamW steps with linear warm-up keeps the result reproducible (same seed, same weights),
 unlike a wall-clock budget.
 """
@@ -18,11 +20,20 @@ from tqdm import tqdm
 IGNORE = -100
 
 
-def encode_pairs(tokenizer: Any, pairs: list[tuple[Any, str]]) -> tuple[torch.Tensor, ...]:
-    """Right-padded ``input_ids``, ``attention_mask`` and ``labels`` (prompt masked)."""
-    rows = []
+def encode_pairs(tokenizer: Any, pairs: list[tuple[Any, str]], vision: Any = None
+                 ) -> tuple[torch.Tensor, ...]:
+    """Right-padded ``input_ids``, ``attention_mask`` and ``labels`` (prompt masked). With a
+    vision-language model's config ``vision`` (the tiny VLM), prompts start with the image
+    placeholders and a fourth tensor holds each row's pixels [N, n_images, 3, S, S]."""
+    rows, pixels = [], []
     for example, completion in pairs:
-        prompt = tokenizer.encode(example.prompt, add_special_tokens=False)
+        if vision is not None:
+            from harness.models.tiny_vlm import encode_prompt
+
+            prompt, mm = encode_prompt(tokenizer, vision, example)
+            pixels.append(mm["pixel_values"])
+        else:
+            prompt = tokenizer.encode(example.prompt, add_special_tokens=False)
         answer = [*tokenizer.encode(completion, add_special_tokens=False), tokenizer.eos_token_id]
         rows.append((prompt, answer))
     width = max(len(p) + len(a) for p, a in rows)
@@ -34,6 +45,10 @@ def encode_pairs(tokenizer: Any, pairs: list[tuple[Any, str]]) -> tuple[torch.Te
         ids[i, : len(seq)] = torch.as_tensor(seq)
         mask[i, : len(seq)] = 1
         labels[i, len(p) : len(seq)] = torch.as_tensor(a)
+    if vision is not None:
+        if len({tuple(x.shape) for x in pixels}) != 1:
+            raise ValueError("warm-start pairs must all carry the same number of images")
+        return ids, mask, labels, torch.stack(pixels)
     return ids, mask, labels
 
 
@@ -65,7 +80,8 @@ def supervised_warmstart(
     if not pairs:
         raise ValueError("warm-start needs at least one (prompt, completion) pair")
     pairs = with_noise_prefixes(pairs, cfg)
-    ids, mask, labels = encode_pairs(tokenizer, pairs)
+    vision = model.config if getattr(model.config, "image_token_id", None) is not None else None
+    ids, mask, labels, *pixels = encode_pairs(tokenizer, pairs, vision)
     gen = torch.Generator().manual_seed(cfg.seed)
     optim = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
     warmup = max(cfg.warmup_steps, 1)
@@ -77,8 +93,9 @@ def supervised_warmstart(
     for _ in bar:
         idx = torch.randint(len(pairs), (min(cfg.batch_size, len(pairs)),), generator=gen)
         width = int(mask[idx].sum(-1).max())
+        extra = {"pixel_values": pixels[0][idx].flatten(0, 1)} if pixels else {}
         out = model(input_ids=ids[idx, :width], attention_mask=mask[idx, :width],
-                    labels=labels[idx, :width])
+                    labels=labels[idx, :width], **extra)
         optim.zero_grad(set_to_none=True)
         out.loss.backward()
         optim.step()
