@@ -19,7 +19,8 @@ renderer redraws that on a white square of ``size`` pixels:
   ``Parallel`` lines, an arc plus label for each stated angle (``60°``, ``(2x+5)°``, or an angle's
   name such as ``1``), each stated length at its segment's midpoint (on the side away from the
   figure's centre), arc measures beside their arc, point names, and finally each point as a
-  filled disc in :data:`POINT_RGB` on top of everything.
+  filled disc in :data:`POINT_RGB` on top of everything. Each label takes the first of a few
+  candidate spots (preferred first) that covers no ink and no point, else the least bad one.
 
 :func:`diagram_png` caches the PNG on disk under ``$RLBENCH_CACHE`` (default
 ``~/.cache/rlbench``) ``/geometry3k/diagrams-v<RENDER_VERSION>/<sha256 of annotation and
@@ -43,7 +44,7 @@ from PIL import Image, ImageDraw, ImageFont
 
 from tasks.geometry3k import logic
 
-RENDER_VERSION = 1
+RENDER_VERSION = 2
 POINT_RGB = (178, 0, 0)   # point discs: the only pixels of this colour
 INK = (0, 0, 0)
 POINT_RADIUS = 3
@@ -210,13 +211,16 @@ def render(record: dict[str, Any], size: int = 336) -> Rendered:
     px = {p: layout.to_pixel(xy) for p, xy in pos.items()}
     layout.points = dict(px)
     image = Image.new("RGB", (size, size), (255, 255, 255))
-    _Painter(ImageDraw.Draw(image), px, fs, size).draw(record, f, circles, layout)
+    _Painter(image, px, fs, size).draw(record, f, circles, layout)
     return Rendered(image=image, layout=layout)
 
 
 class _Painter:
-    def __init__(self, draw: ImageDraw.ImageDraw, px: dict[str, Vec], fs: int, size: int):
-        self.d, self.px, self.fs = draw, px, fs
+    """Draws geometry first, then labels (each at the first of its candidate spots that covers
+    no ink and no point, else the least-covering one), then the point discs on top."""
+
+    def __init__(self, image: Image.Image, px: dict[str, Vec], fs: int, size: int):
+        self.image, self.d, self.px, self.fs, self.size = image, ImageDraw.Draw(image), px, fs, size
         self.width = max(1, round(size / 224))
         self.font, self.small = _font(fs), _font(max(7, fs - 2))
         pts = list(px.values())
@@ -228,8 +232,27 @@ class _Painter:
             return self.px[a], self.px[b]
         return None
 
-    def text(self, at: Vec, s: str, small: bool = False) -> None:
-        self.d.text(at, s, fill=INK, font=self.small if small else self.font, anchor="mm")
+    def _cost(self, box: tuple[float, float, float, float]) -> float:
+        x0, y0, x1, y1 = (round(v) for v in box)
+        outside = max(0, -x0) + max(0, -y0) + max(0, x1 - self.size) + max(0, y1 - self.size)
+        crop = self.image.crop((max(x0, 0), max(y0, 0), min(x1, self.size), min(y1, self.size)))
+        ink = sum(crop.convert("L").histogram()[:200]) if crop.width and crop.height else 0
+        pad = POINT_RADIUS + 2
+        points = sum(x0 - pad <= x <= x1 + pad and y0 - pad <= y <= y1 + pad
+                     for x, y in self.px.values())
+        return ink + 40 * points + 100 * outside
+
+    def label(self, spots: list[Vec], text: str, small: bool = False) -> None:
+        """Write ``text`` at the best of ``spots`` (preferred first)."""
+        font = self.small if small else self.font
+        best, best_cost = spots[0], math.inf
+        for i, at in enumerate(spots):
+            cost = self._cost(self.d.textbbox(at, text, font=font, anchor="mm")) + 0.5 * i
+            if cost < best_cost:
+                best, best_cost = at, cost
+            if cost <= 0.5 * i:
+                break
+        self.d.text(best, text, fill=INK, font=font, anchor="mm")
 
     def away(self, at: Vec, normal: Vec) -> Vec:
         """``normal`` flipped to point away from the figure's centre."""
@@ -257,18 +280,26 @@ class _Painter:
         for pairs in f.parallels:
             for pair in pairs:
                 self.arrow(pair)
-        for a, b, c, label in f.angles:
-            self.angle(a, b, c, label)
+        angle_spots = [self.angle(a, b, c) for a, b, c, _ in f.angles]
+        for name, p in self.px.items():  # names first: they matter most next to their point
+            first = _unit(self.away(p, (0.7, -0.7)))
+            turns = [math.atan2(first[1], first[0]) + k * math.pi / 4
+                     for k in (0, 1, -1, 2, -2, 3, -3, 4)]
+            self.label([_add(p, (math.cos(t), math.sin(t)), 0.95 * self.fs) for t in turns], name)
+        for (_, _, _, label), spots in zip(f.angles, angle_spots):
+            if spots:
+                named = label.startswith("angle ")
+                self.label(spots, label[6:] if named else pretty(label) + "°", small=named)
         for a, b, label in f.lengths:
             s = self.seg(a, b)
             if s:
-                mid = _add(s[0], _sub(s[1], s[0]), 0.5)
                 u = _unit(_sub(s[1], s[0]))
-                self.text(_add(mid, self.away(mid, (-u[1], u[0])), 0.9 * self.fs), pretty(label))
+                n = self.away(_add(s[0], _sub(s[1], s[0]), 0.5), (-u[1], u[0]))
+                spots = [_add(_add(s[0], _sub(s[1], s[0]), t), n, k * self.fs)
+                         for k in (0.9, -0.9, 1.5, -1.5) for t in (0.5, 0.35, 0.65)]
+                self.label(spots, pretty(label))
         for pts, label in f.arcs:
-            self.arc_label(pts, label, f, circles, layout)
-        for name, p in self.px.items():
-            self.text(_add(p, self.away(p, (0.7, -0.7)), 0.95 * self.fs), name)
+            self.arc_label(pts, label, f, circles)
         r = POINT_RADIUS
         for x, y in self.px.values():
             self.d.ellipse((x - r, y - r, x + r, y + r), fill=POINT_RGB)
@@ -305,9 +336,10 @@ class _Painter:
             self.d.line([_add(back, (-u[1], u[0]), k), mid, _add(back, (u[1], -u[0]), k)],
                         fill=INK, width=self.width)
 
-    def angle(self, a: str, b: str, c: str, label: str) -> None:
+    def angle(self, a: str, b: str, c: str) -> list[Vec]:
+        """Draw the arc of angle ABC; return the candidate spots of its label."""
         if not (self.seg(a, b) and self.seg(c, b)):
-            return
+            return []
         v = self.px[b]
         u1, u2 = _unit(_sub(self.px[a], v)), _unit(_sub(self.px[c], v))
         r = min(1.2 * self.fs, 0.45 * min(math.dist(self.px[a], v), math.dist(self.px[c], v)))
@@ -319,25 +351,26 @@ class _Painter:
         bis = _unit(_add(u1, u2))
         if bis == (0.0, 0.0):
             bis = (-u1[1], u1[0])
-        name = label.startswith("angle ")
-        text = label[6:] if name else (pretty(label) + "°")
-        self.text(_add(v, bis, r + 0.9 * self.fs), text, small=name)
+        t = math.atan2(bis[1], bis[0])
+        return [_add(v, (math.cos(t + dt), math.sin(t + dt)), r + k * self.fs)
+                for k in (0.9, 1.6, 2.3) for dt in (0.0, 0.3, -0.3)]
 
     def arc_label(self, pts: list[str], label: str, f: logic.Facts,
-                  circles: list[tuple[str, Vec, float]], layout: Layout) -> None:
+                  circles: list[tuple[str, Vec, float]]) -> None:
         if not all(p in self.px for p in pts):
             return
         ends = [self.px[pts[0]], self.px[pts[-1]]]
         centre = next((c for c, _, _ in circles
                        if any(p == pts[0] and cc == c for p, cc, _ in f.on_circle)), None)
         at = self.px[pts[1]] if len(pts) == 3 else _add(ends[0], _sub(ends[1], ends[0]), 0.5)
+        spots = [at]
         if centre is not None and centre in self.px:
             o = self.px[centre]
             d = _unit(_sub(at, o)) if len(pts) == 3 else _unit(_add(_sub(ends[0], o),
                                                                     _sub(ends[1], o)))
             rad = math.dist(ends[0], o)
-            at = _add(o, d, rad + 0.9 * self.fs)
-        self.text(at, pretty(label) + "°")
+            spots = [_add(o, d, rad + k * self.fs) for k in (0.9, 1.6, -0.9)]
+        self.label(spots, pretty(label) + "°")
 
 
 def cache_root() -> Path:
