@@ -12,7 +12,8 @@ import pytest
 from PIL import Image
 
 from harness.mathgrade.grading import GraderConfig
-from tasks.geometry3k import FullConfig, Geometry3kTask, datasets
+from harness.task import EvalProtocol
+from tasks.geometry3k import FullConfig, Geometry3kTask, datasets, render
 
 EXAMPLES = datasets.DATA_DIR / "intergps_examples"
 
@@ -28,9 +29,12 @@ def _task(**full) -> Geometry3kTask:
                                                 full=FullConfig(**full)))
 
 
-@pytest.fixture(autouse=True)
-def _cache(tmp_path, monkeypatch):
-    monkeypatch.setenv("RLBENCH_CACHE", str(tmp_path / "cache"))
+@pytest.fixture(autouse=True, scope="module")
+def _cache(tmp_path_factory):
+    """One diagram cache for the module: the 601 test diagrams are rendered once."""
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("RLBENCH_CACHE", str(tmp_path_factory.mktemp("cache")))
+        yield
 
 
 def test_bundled_test_set_has_601_problems_with_ids_2401_to_3001_and_annotations():
@@ -154,9 +158,20 @@ def test_dataset_hash_covers_the_diagram_images(tmp_path):
 
 
 def test_rendered_diagram_cache_keeps_the_dataset_hash_stable():
-    first = _task(mode="image").dataset_hash()  # renders into the empty cache
-    assert _task(mode="image").dataset_hash() == first  # read back from the cache
-    assert _task(mode="image", render_size=224).dataset_hash() != first
+    kw = {"train_limit": 5, "eval": {"test": EvalProtocol(limit=20)}}
+    first = _task(**kw).dataset_hash()
+    assert _task(**kw).dataset_hash() == first  # read back from the cache
+    assert _task(**kw, render_size=224).dataset_hash() != first
+
+
+def test_limits_cut_the_problems_before_diagrams_are_made(monkeypatch):
+    made = []
+    real = render.diagram_png
+    monkeypatch.setattr(render, "diagram_png", lambda rec, size: made.append(1) or real(rec, size))
+    task = _task(train_limit=8, eval={"test": EvalProtocol(limit=5)})
+    assert len(task.eval_sets()[0].examples) == 5 and len(task.train_examples()) == 8
+    assert len(made) == 8  # the first 5 train problems are the eval problems, made once
+    assert task.train_examples()[0] is task.eval_sets()[0].examples[0]
 
 
 def test_unknown_source_mode_and_split_name_the_key():

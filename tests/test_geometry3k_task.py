@@ -34,7 +34,7 @@ from tasks.geometry3k import (
 
 @pytest.fixture(scope="module")
 def task() -> Geometry3kTask:
-    t = Geometry3kTask(Geometry3kTask.Config(grader=GraderConfig(workers=1),
+    t = Geometry3kTask(Geometry3kTask.Config(grader=GraderConfig(workers=1, timeout_s=2.0),
                                              full=FullConfig(mode="text")))
     yield t
     t.grader.close()

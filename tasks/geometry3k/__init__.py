@@ -229,19 +229,27 @@ class Geometry3kTask(VariantTask):
                        "generated_shuffled": shuffle_images(held, cfg.shuffle_seed)}
 
     def _full_data(self) -> tuple[list[Example], dict[str, list[Example]]]:
+        """Eval sets cut to their protocol's ``limit`` and the train pool cut to
+        ``train_limit`` before any diagram is rendered or decoded; a problem in both is one
+        Example."""
         cfg = self.config.full
-        evals = {name: [self._example(p) for p in datasets.load(cfg.source, name, cfg.path)]
-                 for name in cfg.eval}
+        problems = {name: datasets.load(cfg.source, name, cfg.path) for name in cfg.eval}
         split = cfg.train_split
         if split == "auto":  # the bundled data has only the test split: RL on it is plumbing
             split = "test" if cfg.source == "bundled" else "train"
-        if split in evals:
-            train = list(evals[split])
-        else:
-            train = [self._example(p) for p in datasets.load(cfg.source, split, cfg.path)]
+        pool = problems.get(split) or datasets.load(cfg.source, split, cfg.path)
         if cfg.train_limit is not None:
-            train = train[: cfg.train_limit]
-        return train, evals
+            pool = pool[: cfg.train_limit]
+        made: dict[tuple[str, str], Example] = {}
+
+        def example(p: datasets.Problem) -> Example:
+            if (p.split, p.id) not in made:
+                made[(p.split, p.id)] = self._example(p)
+            return made[(p.split, p.id)]
+
+        evals = {name: [example(p) for p in ps[: cfg.eval[name].limit]]
+                 for name, ps in problems.items()}
+        return [example(p) for p in pool], evals
 
     def _example(self, p: datasets.Problem) -> Example:
         cfg = self.config.full
