@@ -138,6 +138,26 @@ def hf_weights(train_engine: Any) -> Iterable[tuple[str, torch.Tensor]]:
     return ((name, p.detach()) for name, p in train_engine.model.named_parameters())
 
 
+def vllm_prompt(prompt: list[int]) -> dict[str, Any]:
+    """vLLM's prompt dict: token ids, plus ``multi_modal_data={"image": [...]}`` when the prompt
+    carries images (a ``MultimodalPrompt``; its ids already hold the expanded image
+    placeholders, which vLLM's processor recognises). Untested on a GPU so far."""
+    out: dict[str, Any] = {"prompt_token_ids": list(prompt)}
+    images = getattr(prompt, "images", None)
+    if images:
+        out["multi_modal_data"] = {"image": list(images)}
+    return out
+
+
+def _is_vision_model(model_path: str) -> bool:
+    try:
+        from transformers import AutoConfig
+
+        return getattr(AutoConfig.from_pretrained(model_path), "vision_config", None) is not None
+    except (OSError, ValueError):
+        return False
+
+
 def _make_llm(**kwargs: Any) -> Any:
     from vllm import LLM
 
@@ -178,8 +198,12 @@ class VLLMEngine:
         self.device = torch.device("cpu")  # where seed generators live (evaluation makes one)
         self.generator = torch.Generator().manual_seed(seed)
         self._sampling = sampling_factory or _make_sampling
-        self.llm = (llm_factory or _make_llm)(**llm_kwargs(
-            model_path, vcfg, seed + self.dp_rank, backend_cfg.dtype, vcfg.max_model_len))
+        kwargs = llm_kwargs(model_path, vcfg, seed + self.dp_rank, backend_cfg.dtype,
+                            vcfg.max_model_len)
+        self.model_path, self._mm = model_path, None
+        if _is_vision_model(model_path):  # vLLM's own processor turns images into embeddings
+            kwargs["skip_tokenizer_init"] = False
+        self.llm = (llm_factory or _make_llm)(**kwargs)
         self.sleep_level = vcfg.sleep_level
         self.asleep = False
         # load_format=dummy: random weights until the first update_weights
@@ -187,6 +211,18 @@ class VLLMEngine:
 
     # -- rollout --------------------------------------------------------------------------------
     def encode_prompt(self, example: Example) -> list[int]:
+        """Prompt ids; with images, a ``MultimodalPrompt`` built by the model's HF processor
+        (the ids the train engine trains on, with the pixel inputs it trains with), whose raw
+        images go to vLLM as ``multi_modal_data``."""
+        if example.images:
+            from harness.models.multimodal import encode_multimodal
+
+            if self._mm is None:
+                from transformers import AutoConfig, AutoProcessor
+
+                self._mm = (AutoProcessor.from_pretrained(self.model_path),
+                            AutoConfig.from_pretrained(self.model_path))
+            return encode_multimodal(example, self.tokenizer, self._mm[0], self._mm[1])
         if isinstance(example.prompt, str):
             return self.tokenizer.encode(example.prompt, add_special_tokens=False)
         return list(self.tokenizer.apply_chat_template(
@@ -205,9 +241,11 @@ class VLLMEngine:
         stops = self.eos_token_ids + self.tool_stop_ids
         per_prompt = [self._sampling(**sampling_kwargs(params, base + i * params.n, stops))
                       for i in range(len(prompts))]
-        outputs = self.llm.generate([{"prompt_token_ids": list(p)} for p in prompts],
+        outputs = self.llm.generate([vllm_prompt(p) for p in prompts],
                                     sampling_params=per_prompt, use_tqdm=False)
         trajs = parse_outputs(outputs, prompts, params.n)
+        for i, traj in enumerate(trajs):  # the train engine's forward reuses these pixels
+            traj.mm_inputs = getattr(prompts[i // params.n], "mm_inputs", None)
         if params.stop:
             for traj in trajs:
                 self._cut_at_stop(traj, tuple(params.stop))
