@@ -5,6 +5,7 @@ variant built from each (rendered vs original diagrams, text-only mode, dataset 
 from __future__ import annotations
 
 import io
+import json
 import shutil
 from pathlib import Path
 
@@ -182,3 +183,32 @@ def test_unknown_source_mode_and_split_name_the_key():
     with pytest.raises(ValueError, match=r"task\.full\.train_split"):
         _task(train_split="dev")
     assert Path(datasets.DATA_DIR / "SOURCE.md").read_text().count("Copied into rlbench") == 1
+
+
+def test_intergps_annotation_file_gives_logic_forms_to_every_split(tmp_path):
+    shutil.copytree(EXAMPLES / "12", tmp_path / "train" / "12")
+    (tmp_path / "train" / "12" / "img_diagram.png").unlink()  # no original: render instead
+    annot = {"12": {"point_instances": ["A", "B"], "point_positions": {"A": [0, 0], "B": [50, 0]},
+                    "line_instances": ["AB"], "circle_instances": [],
+                    "diagram_logic_forms": ["Equals(LengthOf(Line(A, B)), x)"]}}
+    (tmp_path / "logic_forms").mkdir()
+    (tmp_path / "logic_forms" / datasets.ANNOTATION_FILE).write_text(json.dumps(annot))
+    (p,) = datasets.load_intergps(tmp_path, "train")
+    assert p.logic == annot["12"] and p.image is None
+    text = _task(source="intergps", path=str(tmp_path), mode="text", train_split="train",
+                 eval={}).train_examples()[0]
+    assert "Equals(LengthOf(Line(A, B)), x)" in text.prompt[0]["content"]
+    image = _task(source="intergps", path=str(tmp_path), train_split="train",
+                  eval={}).train_examples()[0]
+    assert image.meta["diagram"] == "rendered" and image.images[0].size == (336, 336)
+
+
+def test_parquet_choices_with_a_letter_answer_become_a_choice_problem(tmp_path):
+    pa = pytest.importorskip("pyarrow")
+    pq = pytest.importorskip("pyarrow.parquet")
+    table = pa.table({"images": [[{"bytes": _png((1, 2, 3)), "path": None}]],
+                      "problem": ["<image>Find x."], "answer": ["C"],
+                      "choices": [["1", "2", "3", "4"]]})
+    pq.write_table(table, tmp_path / "validation.parquet")
+    (p,) = datasets.load("parquet", "val", str(tmp_path))
+    assert (p.id, p.value, p.letter, p.choices) == ("val-0000", "3", "C", ["1", "2", "3", "4"])

@@ -11,10 +11,14 @@ graded by math-verify), the answer ``choices`` and the gold ``letter`` when the 
 * ``intergps``: the original layout ``<root>/{train,val,test}/<id>/data.json`` +
   ``img_diagram.png`` (``problem_text``, ``choices``, ``answer`` as a letter). A root holding
   ``<id>/data.json`` directly (like ``data/intergps_examples``) is read too, keeping the rows whose
-  ``data_type`` is the split asked for. The original diagram is used.
+  ``data_type`` is the split asked for. The original diagram is used. Inter-GPS's
+  ``diagram_logic_forms_annot.json`` (in the root, ``<root>/logic_forms`` or
+  ``<root>/../logic_forms``), when present, gives the annotations of every split (text mode,
+  rendering); otherwise only test ids have them (the bundled file).
 * ``parquet``: the Hugging Face ``hiyouga/geometry3k`` files (``images``, ``problem``,
   ``answer``), a file or a directory holding ``<split>*.parquet`` (``val`` also matches
-  ``validation``). Test rows are matched to their Inter-GPS id by problem text where the bundled
+  ``validation``); optional ``choices`` with ``letter`` (or a letter ``answer``) columns give
+  choice problems. Test rows are matched to their Inter-GPS id by problem text where the bundled
   set has exactly one problem with the same text and answer (so the text-only mode finds their
   logic forms); other rows are ``<split>-<row>``.
 
@@ -93,12 +97,30 @@ def _split_dirs(root: Path, split: str) -> list[tuple[Path, bool]]:
     return [(d, True) for d in root.iterdir() if (d / "data.json").is_file()]
 
 
+ANNOTATION_FILE = "diagram_logic_forms_annot.json"
+
+
+def intergps_annotations(root: Path) -> dict[str, dict[str, Any]]:
+    """Inter-GPS's diagram annotations of every split when the layout has them
+    (``diagram_logic_forms_annot.json`` in ``root``, ``root/logic_forms`` or
+    ``root/../logic_forms``), merged over the bundled test annotations."""
+    forms = dict(logic_forms())
+    for where in (root, root / "logic_forms", root.parent / "logic_forms"):
+        path = where / ANNOTATION_FILE
+        if path.is_file():
+            data = json.loads(path.read_text(encoding="utf-8"))
+            if isinstance(data, dict):
+                forms.update({str(k): v for k, v in data.items() if isinstance(v, dict)})
+            break
+    return forms
+
+
 def load_intergps(root: str | Path, split: str = "test") -> list[Problem]:
     """Problems of one split of the original Inter-GPS layout, in id order."""
     root = Path(root).expanduser()
     if not root.is_dir():
         raise FileNotFoundError(f"Inter-GPS root {root} is not a directory")
-    forms = logic_forms() if split == "test" else {}
+    forms = intergps_annotations(root)
     out = []
     for d, check in _split_dirs(root, split):
         data = json.loads((d / "data.json").read_text(encoding="utf-8"))
@@ -158,10 +180,16 @@ def load_parquet(path: str | Path, split: str = "test") -> list[Problem]:
     for i, row in enumerate(rows):
         text = str(row["problem"]).replace("<image>", "").strip()
         pid = by_text.get((_norm(text), _norm(str(row["answer"])))) or f"{split}-{i:04d}"
-        choices = row.get("choices")
-        out.append(Problem(id=pid, split=split, text=text, value=str(row["answer"]).strip(),
-                           choices=[str(c) for c in choices] if choices else None,
-                           letter=row.get("letter"), logic=forms.get(pid),
+        choices = [str(c) for c in row.get("choices") or []] or None
+        value, letter = str(row["answer"]).strip(), row.get("letter")
+        if choices and not letter and value in LETTERS[: len(choices)]:  # answer is a letter
+            letter = value
+        if choices and letter in LETTERS[: len(choices)]:
+            value = choices[LETTERS.index(letter)]
+        else:
+            letter = None
+        out.append(Problem(id=pid, split=split, text=text, value=value, choices=choices,
+                           letter=letter, logic=forms.get(pid),
                            image=_image_bytes(row.get("images"))))
     return out
 
