@@ -104,6 +104,7 @@ def test_bundled_source_has_only_the_test_split_and_user_sources_need_a_path():
         datasets.load("intergps", "test")
 
 
+@pytest.mark.slow
 def test_full_variant_renders_the_bundled_test_diagrams_as_rgb_images():
     task = _task()
     (test,) = task.eval_sets()

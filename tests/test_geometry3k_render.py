@@ -48,6 +48,16 @@ def test_every_annotated_point_is_drawn_at_its_coordinates(pid):
     assert (d <= render.POINT_RADIUS + 1.5).all(), pid
 
 
+@pytest.mark.slow
+def test_all_601_test_diagrams_have_a_marker_at_every_annotated_point():
+    for pid, record in FORMS.items():
+        out = render.render(record, size=336)
+        mask = _marker_mask(out.image)
+        for name, xy in render.annotated_points(record).items():
+            px, py = out.layout.to_pixel(xy)
+            assert mask[round(py), round(px)], (pid, name)
+
+
 def test_the_placement_is_a_similarity_of_the_annotation():
     record = FORMS["2401"]  # A (0,188), B (93,1), C (185,185)
     layout = render.render(record, size=200).layout
