@@ -100,6 +100,16 @@ class TinyVisionEncoder(nn.Module):
         self.proj = nn.Sequential(nn.Linear(d, config.hidden_size), nn.GELU(),
                                   nn.Linear(config.hidden_size, config.hidden_size))
 
+    def reset_parameters(self) -> None:
+        """PyTorch's default initialisation for every layer (fan-in scaled), not the LM's
+        N(0, 0.02): stacked 0.02-std layers would start the image signal and its gradient
+        near zero, and the LM would learn to ignore the picture."""
+        for module in self.modules():
+            if module is not self and hasattr(module, "reset_parameters"):
+                module.reset_parameters()
+        with torch.no_grad():
+            self.position.normal_(0.0, 0.02)
+
     def forward(self, pixel_values: torch.Tensor) -> torch.Tensor:
         """[n, 3, S, S] -> [n, num_image_tokens, hidden]."""
         x = self.patch_embed(pixel_values).flatten(2).transpose(1, 2) + self.position
@@ -115,12 +125,7 @@ class TinyVLMForCausalLM(Qwen2ForCausalLM):
         super().__init__(config)
         self.vision = TinyVisionEncoder(config)
         self.post_init()
-
-    def _init_weights(self, module: nn.Module) -> None:
-        super()._init_weights(module)
-        if isinstance(module, TinyVisionEncoder):
-            with torch.no_grad():
-                module.position.normal_(0.0, 0.02)
+        self.vision.reset_parameters()  # after post_init's N(0, 0.02) pass over every Linear
 
     def forward(self, input_ids: torch.Tensor | None = None,
                 pixel_values: torch.Tensor | None = None,
