@@ -44,20 +44,30 @@ def _prompt(question: str, choices: tuple[str, ...]) -> str:
     return f"{question}\nChoices: {listed}\nAnswer:"
 
 
+def angle_rays(degrees: float, size: float, rng: random.Random
+               ) -> tuple[tuple[float, float], list[tuple[float, float]]]:
+    """Vertex and the two ray ends (pixel coordinates in a ``size`` square, y down) of an angle
+    of ``degrees`` at a random rotation, orientation, vertex jitter and ray lengths."""
+    cx = size / 2 + rng.uniform(-0.08, 0.08) * size
+    cy = size / 2 + rng.uniform(-0.08, 0.08) * size
+    start = rng.uniform(0, 360)
+    sign = rng.choice((-1, 1))
+    ends = []
+    for direction in (start, start + sign * degrees):
+        length = rng.uniform(0.30, 0.40) * size
+        rad = math.radians(direction)
+        ends.append((cx + length * math.cos(rad), cy - length * math.sin(rad)))
+    return (cx, cy), ends
+
+
 def draw_angle(degrees: float, image_size: int, rng: random.Random) -> Image.Image:
-    """Two rays from a vertex near the centre, ``degrees`` apart, at a random rotation."""
+    """Two rays from a vertex near the centre, ``degrees`` apart (:func:`angle_rays`)."""
     big = image_size * SCALE
     img = Image.new("RGB", (big, big), "white")
     draw = ImageDraw.Draw(img)
-    cx = big / 2 + rng.uniform(-0.08, 0.08) * big
-    cy = big / 2 + rng.uniform(-0.08, 0.08) * big
-    start = rng.uniform(0, 360)
-    sign = rng.choice((-1, 1))
+    (cx, cy), ends = angle_rays(degrees, big, rng)
     width = max(2, round(big / 16))
-    for direction in (start, start + sign * degrees):
-        length = rng.uniform(0.30, 0.40) * big
-        rad = math.radians(direction)
-        end = (cx + length * math.cos(rad), cy - length * math.sin(rad))
+    for end in ends:
         draw.line([(cx, cy), end], fill="black", width=width)
     r = width / 2
     draw.ellipse([cx - r, cy - r, cx + r, cy + r], fill="black")  # a clean vertex
