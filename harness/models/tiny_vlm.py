@@ -19,7 +19,7 @@ Architecture (transformers style, so the engine and trainer serve it exactly as 
   placeholder into a response (which the training forward would then try to fill with
   pixels); rollout and training see the same constrained distribution.
 * Prompts: ``num_image_tokens`` ``<image>`` tokens per image, then the prompt text in the
-  character tokenizer (:func:`encode_prompt`); pixels are RGB / 255 mapped to [-1, 1]
+  character tokenizer (:func:`encode_prompt`); pixels are ink, 1 - RGB / 255
   (:func:`pixels_of`).
 
 :func:`resolve_tiny_vlm` builds, warm-starts (:mod:`harness.models.pretrain`, pixels included)
@@ -159,14 +159,17 @@ AutoModelForCausalLM.register(TinyVLMConfig, TinyVLMForCausalLM, exist_ok=True)
 
 # -- prompts and pixels ------------------------------------------------------------------------
 def pixels_of(images: list[Any], image_size: int) -> torch.Tensor:
-    """[n, 3, S, S] float32 in [-1, 1] from PIL images (converted to RGB, resized to S)."""
+    """[n, 3, S, S] float32 "ink" in [0, 1] (1 - RGB / 255) from PIL images (converted to RGB,
+    resized to S): a white background is exactly 0, so the patches without a stroke embed to
+    the same bias and the strokes carry all the signal (with background at a constant 1 the
+    stroke pixels were a small change on a large constant, and the LM never found them)."""
     rows = []
     for image in images:
         image = image.convert("RGB")
         if image.size != (image_size, image_size):
             image = image.resize((image_size, image_size))
         rows.append(torch.from_numpy(np.asarray(image, dtype=np.float32).copy()))
-    return (torch.stack(rows).permute(0, 3, 1, 2) / 127.5 - 1.0).contiguous()
+    return (1.0 - torch.stack(rows).permute(0, 3, 1, 2) / 255.0).contiguous()
 
 
 def encode_prompt(tokenizer: Any, config: TinyVLMConfig, example: Example) -> tuple[
