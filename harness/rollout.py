@@ -28,7 +28,12 @@ from harness.types import Example, SamplingParams, Score, Trajectory
 class RolloutEngine(Protocol):
     pad_token_id: int
 
-    def encode_prompt(self, example: Example) -> list[int]: ...
+    def encode_prompt(self, example: Example) -> list[int]:
+        """Prompt token ids. For an example with images: a ``MultimodalPrompt`` (still a
+        ``list[int]``) carrying the pixel inputs, which ``generate`` must sample with (hf:
+        ``pixel_values`` in the prefill; vLLM: ``multi_modal_data``) and put on each
+        trajectory's ``mm_inputs`` for the train engine (docs/multimodal.md)."""
+        ...
 
     def generate(self, prompts: list[list[int]], params: SamplingParams) -> list[Trajectory]:
         """``params.n`` samples for each prompt, prompt-major order, ``text`` decoded."""
