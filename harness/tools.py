@@ -8,7 +8,8 @@ generation resumes, up to ``max_calls`` calls and ``max_total_tokens`` response-
 final answer is in ``<answer>…</answer>`` (or ``\\boxed{}``), as the task's verifier reads it.
 
 A :class:`Tool` never raises into the trainer: a failure (bad query, timeout, sandbox error) is
-returned to the model as text, and counted in the trajectory's tool-call record.
+returned to the model as text, marked as a :class:`ToolFailure` (a ``str``) so that the
+trajectory's tool-call record counts it as failed (``ok: false``; ``tools/failed_calls``).
 """
 
 from __future__ import annotations
@@ -18,8 +19,14 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 
+class ToolFailure(str):
+    """The text of a failed call (``error: empty search query``): shown to the model like any
+    result, recorded with ``ok: false``."""
+
+
 class Tool(Protocol):
-    """``tool(query) -> result text``; must not raise (errors come back as text)."""
+    """``tool(query) -> result text``; must not raise (errors come back as a
+    :class:`ToolFailure`)."""
 
     def __call__(self, query: str) -> str: ...
 
@@ -49,7 +56,8 @@ class ToolEnv:
             text, ok = f"error: unknown tool {name!r}; tools: {', '.join(self.tools)}", False
         else:
             try:
-                text, ok = str(tool(query)), True
+                result = tool(query)
+                text, ok = str(result), not isinstance(result, ToolFailure)
             except Exception as exc:  # a tool bug must not kill the run; the model sees it
                 text, ok = f"error: {type(exc).__name__}: {exc}", False
         if len(text) > self.max_result_chars:

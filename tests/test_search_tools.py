@@ -188,3 +188,20 @@ def test_a_sandbox_failure_is_returned_not_raised(monkeypatch):
     monkeypatch.setattr(sandbox, "run_python", unavailable)
     assert PythonTool(FAST)("print(1)") == (
         "error: python tool failed: SandboxUnavailableError: no bwrap")
+
+
+def test_failed_calls_are_tool_failures_and_the_env_records_them_not_ok():
+    from harness.tools import ToolEnv, ToolFailure
+
+    python = PythonTool(FAST)
+    assert not isinstance(python("print(2)"), ToolFailure)
+    assert isinstance(python("1/0"), ToolFailure)  # non-zero exit
+    assert isinstance(python("  "), ToolFailure)
+    search = BM25Search([Passage("p0", "Paris", "Paris is the capital of France.")], k=1)
+    assert not isinstance(search("capital of France"), ToolFailure)
+    assert isinstance(search(""), ToolFailure)
+    env = ToolEnv(tools={"python": python, "search": search})
+    assert env.call("python", "print(2)") == ("<result>2</result>", True)
+    text, ok = env.call("search", " ")
+    assert (text, ok) == ("<result>error: empty search query</result>", False)
+    assert env.call("nope", "x")[1] is False

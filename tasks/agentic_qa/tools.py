@@ -28,6 +28,7 @@ from typing import Any
 import numpy as np
 
 from harness import sandbox
+from harness.tools import ToolFailure
 
 MAX_QUERY_CHARS = 1000  # longer queries are cut (a runaway generation must not stall BM25)
 _MEMO: dict[str, Any] = {}  # in-process: one loaded index per key, shared by every tool instance
@@ -199,11 +200,11 @@ class BM25Search:
     def __call__(self, query: str) -> str:
         try:
             if not isinstance(query, str) or not query.strip():
-                return "error: empty search query"
+                return ToolFailure("error: empty search query")
             hits = self.search(query)
             return self.format(hits) if hits else f"no results for {query.strip()[:80]!r}"
         except Exception as exc:  # the model sees the failure; the trainer never does
-            return f"error: search failed: {type(exc).__name__}: {exc}"
+            return ToolFailure(f"error: search failed: {type(exc).__name__}: {exc}")
 
 
 def _cut(text: str, limit: int) -> str:
@@ -223,10 +224,10 @@ class PythonTool:
         try:
             code = _strip_fence(code)
             if not code.strip():
-                return "error: empty python code"
+                return ToolFailure("error: empty python code")
             res = sandbox.run_python(code, limits=self.limits)
         except Exception as exc:  # e.g. RLBENCH_SANDBOX=bwrap without bubblewrap
-            return f"error: python tool failed: {type(exc).__name__}: {exc}"
+            return ToolFailure(f"error: python tool failed: {type(exc).__name__}: {exc}")
         out = res.stdout.decode("utf-8", "replace")
         err = res.stderr.decode("utf-8", "replace")
         parts = [out.rstrip("\n")] if out.strip() else []
@@ -240,8 +241,10 @@ class PythonTool:
             parts.append(f"error: killed by signal {res.signal}")
         if res.output_truncated:
             parts.append("(output truncated)")
-        text = "\n".join(parts) or "(no output)"
-        return _cut(text, self.max_output_chars)
+        text = _cut("\n".join(parts) or "(no output)", self.max_output_chars)
+        # the program did not run to a clean exit: a failed call (its output is still shown)
+        failed = res.timed_out or res.exit_code not in (0, None) or res.signal is not None
+        return ToolFailure(text) if failed else text
 
 
 def _strip_fence(code: str) -> str:
