@@ -161,3 +161,19 @@ def test_a_training_step_with_images_changes_the_vision_encoder(vlm_path):
     eng.backward(-(logp * batch["response_mask"]).sum())
     eng.optimizer_step()
     assert not torch.equal(before, eng.model.vision.patch_embed.weight)
+
+
+def test_the_warm_start_cache_key_covers_the_images():
+    from types import SimpleNamespace
+
+    from harness.config import ModelConfig
+    from harness.models.tiny_vlm import tiny_vlm_key
+
+    model_cfg = OmegaConf.structured(ModelConfig(name="tiny_vlm", source="tiny_vlm"))
+    task = SimpleNamespace(name="geometry3k", config=SimpleNamespace(variant="tiny"))
+    pairs = [(ex, ex.meta["reference"]) for ex in generate(4, 0, 32)]
+    other = generate(4, 1, 32)
+    swapped = [(dataclasses.replace(ex, images=o.images), ref)  # same text, other pictures
+               for (ex, ref), o in zip(pairs, other)]
+    assert tiny_vlm_key(model_cfg, task, pairs) == tiny_vlm_key(model_cfg, task, list(pairs))
+    assert tiny_vlm_key(model_cfg, task, pairs) != tiny_vlm_key(model_cfg, task, swapped)
