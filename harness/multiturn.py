@@ -150,6 +150,10 @@ def generate_multiturn(engine: Any, examples: list[Example], params: SamplingPar
                        env: ToolEnv, generator: torch.Generator | None = None
                        ) -> list[Trajectory]:
     """``params.n`` multi-turn trajectories per example, prompt-major, like ``engine.generate``."""
+    if any(ex.images for ex in examples):
+        # each round re-prefills prompt + response as plain ids, which would drop the pixels
+        raise NotImplementedError("multi-turn (tool) rollouts do not carry images yet: "
+                                  f"example {next(ex.id for ex in examples if ex.images)!r}")
     states = [TurnState(prompt_ids=engine.encode_prompt(ex))
               for ex in examples for _ in range(params.n)]
     while step_round(engine, states, params, env, generator):

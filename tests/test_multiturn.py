@@ -177,3 +177,9 @@ def test_hf_engine_stops_at_stop_strings_and_computes_top_k_entropy(tiny_model_p
     # top-2 entropy never exceeds the full one (same seed, same first token distribution)
     assert float(stops[0].entropy[0]) <= float(full[0].entropy[0]) + 1e-6
     assert engine.decode(engine.encode_text("1+2")) == "1+2"
+
+
+def test_examples_with_images_are_refused_rather_than_losing_their_pixels():
+    ex = Example(id="img", prompt="q", answer={}, images=["a picture"])
+    with pytest.raises(NotImplementedError, match="'img'"):
+        generate_multiturn(None, [ex], SamplingParams(n=1), ToolEnv(tools={}))
