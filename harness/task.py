@@ -98,8 +98,16 @@ class VariantTask(Task):
     ``_evals`` (name -> examples) once; eval sets follow ``<section>.eval`` (name -> protocol),
     cut to each protocol's ``limit``."""
 
+    VARIANTS = ("tiny", "full")
+
     _train: list[Example] | None = None
     _evals: dict[str, list[Example]] | None = None
+
+    def __init__(self, config: Any) -> None:
+        super().__init__(config)
+        if config.variant not in self.VARIANTS:
+            raise ValueError(f"task.variant={config.variant!r} is not valid; valid variants: "
+                             f"{', '.join(self.VARIANTS)}")
 
     @property
     def _section(self) -> Any:

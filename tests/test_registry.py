@@ -69,3 +69,17 @@ def test_builtin_axes_are_populated():
     assert {"grpo", "dr_grpo"} <= set(reg.ADVANTAGES)
     assert "ppo_clip" in reg.POLICY_LOSSES and "group" in reg.ROLLOUTS
     assert "hf" in reg.BACKENDS and {"tiny", "hf"} <= set(reg.MODELS)
+
+
+@pytest.mark.parametrize("name", ["agentic_qa", "code", "countdown", "geometry3k", "math"])
+def test_every_variant_task_rejects_an_unknown_variant_naming_the_key(name):
+    import dataclasses
+
+    from harness.task import VariantTask
+
+    cls = reg.TASKS.get(name)
+    assert issubclass(cls, VariantTask)
+    config = dataclasses.replace(cls.Config(), variant="huge")
+    with pytest.raises(ValueError, match=r"task.variant='huge' is not valid; valid variants: "
+                                         r"tiny, full"):
+        cls(config)

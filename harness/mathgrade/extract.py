@@ -87,6 +87,14 @@ def last_number(text: str) -> str | None:
 _EXTRACTORS = {"boxed": last_boxed, "answer_line": answer_line, "last_number": last_number}
 
 
+def check_methods(methods: list[str] | tuple[str, ...]) -> None:
+    """Raise a config error naming ``task.extraction`` unless it is a non-empty list of
+    :data:`METHODS`."""
+    if not methods or any(m not in METHODS for m in methods):
+        raise ValueError(f"task.extraction={list(methods)} must be a non-empty list of: "
+                         f"{', '.join(METHODS)}")
+
+
 def extract_answer(text: str, methods: tuple[str, ...] | list[str] = METHODS,
                    ) -> tuple[str | None, str]:
     """``(answer, method)``; ``(None, "none")`` when no method finds one."""

@@ -40,7 +40,6 @@ from tasks.agentic_qa.grading import (
 )
 from tasks.agentic_qa.tools import BM25Search, PythonTool, load_corpus
 
-VARIANTS = ("tiny", "full")
 REWARDS = ("f1", "em")
 TEMPLATES = ("text", "chat")
 TOOLS = ("search", "python")
@@ -139,8 +138,7 @@ class AgenticQATask(VariantTask):
     def __init__(self, config: Config) -> None:
         super().__init__(config)
         full = config.full
-        for key, value, valid in (("variant", config.variant, VARIANTS),
-                                  ("tiny.reward", config.tiny.reward, REWARDS),
+        for key, value, valid in (("tiny.reward", config.tiny.reward, REWARDS),
                                   ("full.reward", full.reward, REWARDS),
                                   ("full.template", full.template, TEMPLATES)):
             if value not in valid:

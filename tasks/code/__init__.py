@@ -33,7 +33,6 @@ from harness.types import Example, Score
 from tasks.code import datasets, tiny
 from tasks.code.grading import CodeGrader, GraderConfig, GradeResult
 
-VARIANTS = ("tiny", "full")
 REWARDS = ("binary", "fraction")
 TEMPLATES = ("text", "chat")
 FENCE = re.compile(r"```[ \t]*([A-Za-z0-9_+-]*)[ \t]*\n(.*?)```", re.DOTALL)
@@ -88,8 +87,7 @@ class CodeTask(VariantTask):
 
     def __init__(self, config: Config) -> None:
         super().__init__(config)
-        for key, value, valid in (("variant", config.variant, VARIANTS),
-                                  ("reward", config.reward, REWARDS),
+        for key, value, valid in (("reward", config.reward, REWARDS),
                                   ("full.template", config.full.template, TEMPLATES)):
             if value not in valid:
                 raise ValueError(f"task.{key}={value!r} is not valid; valid: {', '.join(valid)}")

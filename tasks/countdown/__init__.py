@@ -30,7 +30,6 @@ from harness.types import Example, Score
 from tasks.countdown.solver import enumerate_tiny_problems, solve
 from tasks.countdown.verifier import CheckResult, check_expression
 
-VARIANTS = ("tiny", "full")
 TEMPLATES = ("base", "qwen-instruct")
 DATA_DIR = Path(__file__).parent / "data"
 
@@ -119,11 +118,6 @@ class CountdownTask(VariantTask):
 
     def __init__(self, config: Config) -> None:
         super().__init__(config)
-        if config.variant not in VARIANTS:
-            raise ValueError(
-                f"task.variant={config.variant!r} is not valid; valid variants: "
-                f"{', '.join(VARIANTS)}"
-            )
         if config.full.template not in TEMPLATES:
             raise ValueError(
                 f"task.full.template={config.full.template!r} is not valid; valid templates: "

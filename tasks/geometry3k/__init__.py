@@ -34,14 +34,13 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from harness.mathgrade.extract import METHODS, extract_answer
+from harness.mathgrade.extract import METHODS, check_methods, extract_answer
 from harness.mathgrade.grading import GraderConfig, MathGrader
 from harness.registry import register_task
 from harness.task import EvalProtocol, VariantTask
 from harness.types import Example, Score
 from tasks.geometry3k import datasets, logic, render
 
-VARIANTS = ("tiny", "full")
 MODES = ("image", "text")
 TEMPLATES = ("chat", "plain")
 FULL_EVAL_SETS = ("test", "val")
@@ -173,13 +172,7 @@ class Geometry3kTask(VariantTask):
 
     def __init__(self, config: Config) -> None:
         super().__init__(config)
-        if config.variant not in VARIANTS:
-            raise ValueError(f"task.variant={config.variant!r} is not valid; valid variants: "
-                             f"{', '.join(VARIANTS)}")
-        bad = [m for m in config.extraction if m not in METHODS]
-        if bad or not config.extraction:
-            raise ValueError(f"task.extraction={list(config.extraction)} must be a non-empty "
-                             f"list of: {', '.join(METHODS)}")
+        check_methods(config.extraction)
         full = config.full
         render_prompt(full.template, "")  # fail early on an unknown template
         if full.mode not in MODES:

@@ -30,14 +30,13 @@ import random
 from dataclasses import dataclass, field
 from typing import Any
 
-from harness.mathgrade.extract import METHODS, extract_answer
+from harness.mathgrade.extract import METHODS, check_methods, extract_answer
 from harness.mathgrade.grading import GraderConfig, MathGrader
 from harness.registry import register_task
 from harness.task import EvalProtocol, VariantTask
 from harness.types import Example, Score
 from tasks.math import datasets, tiny
 
-VARIANTS = ("tiny", "full")
 INSTRUCTION = "Please reason step by step, and put your final answer within \\boxed{}."
 # Qwen2.5-Math's "qwen25-math-cot" prompt (its evaluation/utils.py), as plain text so that a base
 # model without a chat template sees exactly the string the Qwen-math papers use.
@@ -111,13 +110,7 @@ class MathTask(VariantTask):
 
     def __init__(self, config: Config) -> None:
         super().__init__(config)
-        if config.variant not in VARIANTS:
-            raise ValueError(f"task.variant={config.variant!r} is not valid; valid variants: "
-                             f"{', '.join(VARIANTS)}")
-        bad = [m for m in config.extraction if m not in METHODS]
-        if bad or not config.extraction:
-            raise ValueError(f"task.extraction={list(config.extraction)} must be a non-empty "
-                             f"list of: {', '.join(METHODS)}")
+        check_methods(config.extraction)
         render_prompt(config.full.template, "")  # fail early on an unknown template
         valid = tiny.FAMILIES if config.variant == "tiny" else datasets.EVAL_SETS
         for key, proto in self._section.eval.items():
