@@ -115,17 +115,29 @@ def tiny_model_key(model_cfg: Any, task: Task, pairs: list[tuple[Any, str]]) -> 
 
 def resolve_tiny(model_cfg: Any, task: Task, progress: bool = True, force: bool = False) -> str:
     """Return the path of the warm-started tiny model for ``task``, building it if needed."""
+    pairs = task.warmstart_examples()
+
+    def build() -> tuple[Any, Any]:
+        tokenizer = build_char_tokenizer()
+        return build_tiny_model(model_cfg.arch, tokenizer, model_cfg.pretrain.seed), tokenizer
+
+    return warm_start_cached(model_cfg, task, pairs, tiny_model_key(model_cfg, task, pairs),
+                             build, progress, force)
+
+
+def warm_start_cached(model_cfg: Any, task: Task, pairs: list[tuple[Any, str]], key: str,
+                      build: Any, progress: bool = True, force: bool = False) -> str:
+    """The cache directory ``<name>-<task>-<variant>-<key>`` of a locally built model: when
+    missing (or ``force``), ``build() -> (model, tokenizer)``, warm-start it on ``pairs`` and
+    save it in Hugging Face format."""
     from harness.models.pretrain import supervised_warmstart
 
-    pairs = task.warmstart_examples()
-    key = tiny_model_key(model_cfg, task, pairs)
     variant = getattr(task.config, "variant", "")
     target = cache_root(model_cfg) / "models" / f"{model_cfg.name}-{task.name}-{variant}-{key}"
     if (target / "config.json").exists() and not force:
         return str(target)
     target.parent.mkdir(parents=True, exist_ok=True)
-    tokenizer = build_char_tokenizer()
-    model = build_tiny_model(model_cfg.arch, tokenizer, model_cfg.pretrain.seed)
+    model, tokenizer = build()
     report = supervised_warmstart(model, tokenizer, pairs, model_cfg.pretrain, progress=progress)
     tmp = Path(tempfile.mkdtemp(prefix=".building-", dir=target.parent))
     model.save_pretrained(tmp)

@@ -33,9 +33,6 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
-import shutil
-import tempfile
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -231,31 +228,18 @@ def tiny_vlm_key(model_cfg: Any, task: Task, pairs: list[tuple[Example, str]]) -
 def resolve_tiny_vlm(model_cfg: Any, task: Task, progress: bool = True,
                      force: bool = False) -> str:
     """Path of the warm-started tiny VLM for ``task`` (built and cached if needed)."""
-    from harness.models.pretrain import supervised_warmstart
-    from harness.models.tiny import cache_root, save_tokenizer
+    from harness.models.tiny import warm_start_cached
 
     pairs = task.warmstart_examples()
     sizes = {im.size for ex, _ in pairs for im in ex.images or []}
     if len(sizes) != 1:
         raise ValueError(f"tiny_vlm needs warm-start images of one size, got {sorted(sizes)}")
     image_size = next(iter(sizes))[0]
-    key = tiny_vlm_key(model_cfg, task, pairs)
-    variant = getattr(task.config, "variant", "")
-    target = cache_root(model_cfg) / "models" / f"{model_cfg.name}-{task.name}-{variant}-{key}"
-    if (target / "config.json").exists() and not force:
-        return str(target)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    tokenizer = build_vlm_tokenizer()
-    model = build_tiny_vlm(model_cfg.arch, tokenizer, image_size, model_cfg.pretrain.seed)
-    report = supervised_warmstart(model, tokenizer, pairs, model_cfg.pretrain, progress=progress)
-    tmp = Path(tempfile.mkdtemp(prefix=".building-", dir=target.parent))
-    model.save_pretrained(tmp)
-    save_tokenizer(tokenizer, tmp)
-    (tmp / "rlbench_pretrain.json").write_text(json.dumps({"key": key, **report}, indent=2))
-    if force and target.exists():
-        shutil.rmtree(target)
-    try:
-        tmp.rename(target)
-    except OSError:
-        shutil.rmtree(tmp, ignore_errors=True)
-    return str(target)
+
+    def build() -> tuple[Any, Any]:
+        tokenizer = build_vlm_tokenizer()
+        model = build_tiny_vlm(model_cfg.arch, tokenizer, image_size, model_cfg.pretrain.seed)
+        return model, tokenizer
+
+    return warm_start_cached(model_cfg, task, pairs, tiny_vlm_key(model_cfg, task, pairs), build,
+                             progress, force)
