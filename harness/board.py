@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import contextlib
 import datetime as _dt
+import fnmatch
 import math
 import os
 import re
@@ -318,21 +319,26 @@ def _fill(rows: list[Row], specs: list[Spec], cfg: BoardConfig) -> None:
 
 def _late_means(client: MlflowClient, rows: list[Row], window: int) -> None:
     """Put ``final/<dynamics key>`` = mean of the step metric over the run's last ``window``
-    logged steps into each run's metrics (a run's own summary, if it logged one, wins). The
-    value is read from the metric history, so runs logged before the summary existed get it
-    too."""
+    (or the dynamic's own) logged steps into each run's metrics, averaged over the eval sets a
+    ``*`` pattern matches (a run's own summary, if it logged one, wins). The value is read from
+    the metric history, so runs logged before the summary existed get it too."""
     for row in rows:
         for run in row.runs.values():
             for d in DYNAMICS:
-                if f"final/{d.key}" in run.metrics or d.metric not in run.metrics:
+                names = [m for m in run.metrics if fnmatch.fnmatchcase(m, d.metric)]
+                if f"final/{d.key}" in run.metrics or not names:
                     continue
-                by_step: dict[int, float] = {}
-                for m in sorted(client.get_metric_history(run.run_id, d.metric),
-                                key=lambda m: (m.step, m.timestamp)):
-                    by_step[m.step] = m.value  # a step logged twice: the last write wins
-                tail = [by_step[s] for s in sorted(by_step)[-window:]]
-                if tail:
-                    run.metrics[f"final/{d.key}"] = float(sum(tail) / len(tail))
+                means = []
+                for name in sorted(names):
+                    by_step: dict[int, float] = {}
+                    for m in sorted(client.get_metric_history(run.run_id, name),
+                                    key=lambda m: (m.step, m.timestamp)):
+                        by_step[m.step] = m.value  # a step logged twice: the last write wins
+                    tail = [by_step[s] for s in sorted(by_step)[-(d.window or window):]]
+                    if tail:
+                        means.append(sum(tail) / len(tail))
+                if means:
+                    run.metrics[f"final/{d.key}"] = float(sum(means) / len(means))
 
 
 def _rank(rows: list[Row], prim: Spec | None) -> list[Row]:

@@ -81,11 +81,15 @@ class Dynamic:
     better)."""
 
     key: str
-    metric: str
+    metric: str  # a step metric; ``*`` matches an eval set name (the sets' values are averaged)
     title: str
+    window: int | None = None  # last N logged points; None: the board's final_window
 
 
-DYNAMICS = (Dynamic("token_entropy", "rollout/entropy", "final token entropy"),)
+DYNAMICS = (Dynamic("token_entropy", "rollout/entropy", "final token entropy"),
+            # evaluations: the last two, as every "final" quality metric
+            Dynamic("tool_calls_per_answer", "eval/*/tool_calls_per_answer",
+                    "tool calls per answer", window=2))
 
 
 @dataclass
@@ -236,7 +240,9 @@ def notes_text(confidence: float, bootstrap_min_n: int, resamples: int, seed: in
             "majority vote. **Bold**: the best mean in the column. Rows are ranked by the "
             "primary metric; T is the sampling temperature. Final token entropy: per seed, the "
             f"mean of `rollout/entropy` (mean per-token entropy of the training rollouts) over "
-            f"the run's last {final_window} logged steps, never bolded."),
+            f"the run's last {final_window} logged steps, never bolded. Tool calls per answer "
+            "(multi-turn tasks): `eval/<set>/tool_calls_per_answer` averaged over the last two "
+            "evaluations (and over the eval sets), never bolded."),
         "paired": (
             "Δ = row − baseline, per seed, over the seeds both have (n = pairs), with the same "
             f"interval; {MARK} marks an interval that excludes 0. The baseline is the runs' "

@@ -46,6 +46,10 @@ def _log_run(client, exp_id, alg, seed, *, level, start_time, status="FINISHED",
         summary[f"final/{name}/pass_at_{k}"] = (curve[steps[-2]] + curve[steps[-1]]) / 2
         summary[f"start/{name}/pass_at_{k}"] = curve[0]
     summary["final/heldout/mean_at_8"] = summary["final/heldout/pass_at_1"] + 0.01
+    tools = {name: {st: base + st / 10 + rng.normal(0, 0.1) for st in steps}
+             for name, base in (("heldout", 2.0), ("train", 3.0))}
+    metrics += [Metric(f"eval/{name}/tool_calls_per_answer", v, 0, st)
+                for name, curve in tools.items() for st, v in curve.items()]
     entropy = {s: 1.5 - s / 40 + rng.normal(0, 0.05) + (0.2 if alg == "dapo" else 0.0)
                for s in range(31)}
     for s in range(31):
@@ -61,6 +65,8 @@ def _log_run(client, exp_id, alg, seed, *, level, start_time, status="FINISHED",
     client.log_batch(run_id, metrics=metrics)
     client.set_terminated(run_id, status, end_time=start_time + 1)
     summary["entropy_last10"] = float(np.mean([entropy[s] for s in range(21, 31)]))
+    summary["tools_last2"] = float(np.mean([(c[steps[-2]] + c[steps[-1]]) / 2
+                                            for c in tools.values()]))
     return run_id, summary
 
 
@@ -198,6 +204,18 @@ def test_final_token_entropy_is_mean_of_last_ten_steps_and_paired(store):
     assert "**" not in quality["dapo"]["final token entropy"]  # entropy is never "best"
     paired = _md_table(store, "Paired difference vs baseline")
     assert paired["dapo"]["Δ final token entropy"].startswith("+0.2")  # dapo's curves sit 0.2 up
+
+
+def test_tool_calls_per_answer_is_mean_of_last_two_evaluations_over_eval_sets(store):
+    rows = _rows(store)
+    for alg, seeds in SEEDS.items():
+        mean, half = _ci([store["runs"][alg, s][1]["tools_last2"] for s in seeds])
+        assert float(rows[alg]["tool_calls_per_answer/final_mean"]) == pytest.approx(mean,
+                                                                                     abs=6e-6)
+        assert float(rows[alg]["tool_calls_per_answer/final_ci95"]) == pytest.approx(half,
+                                                                                     abs=6e-6)
+    quality = _md_table(store, "Quality (final)")
+    assert "**" not in quality["grpo"]["tool calls per answer"]
 
 
 def test_baseline_row_has_no_paired_difference(store):
