@@ -31,6 +31,8 @@ from dataclasses import dataclass
 from multiprocessing.connection import Connection, wait
 from pathlib import Path
 
+from harness.mathgrade.extract import METHODS
+
 _WORKER = Path(__file__).with_name("_worker.py")
 # Load the worker by path without putting harness/mathgrade on sys.path (its module names would
 # shadow installed packages) and without importing rlbench (or torch).
@@ -220,6 +222,24 @@ class MathGrader:
 
 
 _LIVE: weakref.WeakSet[MathGrader] = weakref.WeakSet()
+
+
+def answer_reward(correct: bool, extracted: bool, correct_score: float,
+                  format_score: float) -> float:
+    """``correct_score`` for a correct answer, ``format_score`` for one that was extracted but
+    is wrong, 0 when none was extracted."""
+    if correct:
+        return float(correct_score)
+    return float(format_score) if extracted else 0.0
+
+
+def grading_stats(method: str, status: str) -> dict[str, float]:
+    """A sample's ``Score.info["stats"]``: which extraction method fired (``none`` when none
+    did) and whether grading timed out or failed (``status`` of its :class:`GradeResult`)."""
+    stats = {f"extract_{m}": float(method == m) for m in (*METHODS, "none")}
+    stats["grade_timeout"] = float(status == "timeout")
+    stats["grade_error"] = float(status in ("error", "gold_error", "too_long"))
+    return stats
 
 
 @atexit.register

@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from harness.mathgrade.extract import METHODS, check_methods, extract_answer
-from harness.mathgrade.grading import GraderConfig, MathGrader
+from harness.mathgrade.grading import GraderConfig, MathGrader, answer_reward, grading_stats
 from harness.registry import register_task
 from harness.task import EvalProtocol, VariantTask
 from harness.types import Example, Score
@@ -182,17 +182,11 @@ class MathTask(VariantTask):
             result = results.get(i)
             correct = bool(result and result.correct)
             status = result.status if result else "none"
-            if correct:
-                reward = self.config.correct_score
-            elif answer is not None:
-                reward = self.config.format_score
-            else:
-                reward = 0.0
-            stats = {f"extract_{m}": float(method == m) for m in (*METHODS, "none")}
-            stats["grade_timeout"] = float(status == "timeout")
-            stats["grade_error"] = float(status in ("error", "gold_error", "too_long"))
+            reward = answer_reward(correct, answer is not None, self.config.correct_score,
+                                   self.config.format_score)
+            stats = grading_stats(method, status)
             key = (result.key if result and result.key is not None else answer)
-            scores.append(Score(reward=float(reward), correct=correct, parsed=answer is not None,
+            scores.append(Score(reward=reward, correct=correct, parsed=answer is not None,
                                 info={"extract": method, "answer": (answer or "")[:200],
                                       "grade": status, "answer_key": key, "stats": stats}))
         return scores
