@@ -18,6 +18,7 @@ import json
 import os
 import shutil
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -126,7 +127,8 @@ def resolve_tiny(model_cfg: Any, task: Task, progress: bool = True, force: bool 
 
 
 def warm_start_cached(model_cfg: Any, task: Task, pairs: list[tuple[Any, str]], key: str,
-                      build: Any, progress: bool = True, force: bool = False) -> str:
+                      build: Callable[[], tuple[Any, Any]], progress: bool = True,
+                      force: bool = False) -> str:
     """The cache directory ``<name>-<task>-<variant>-<key>`` of a locally built model: when
     missing (or ``force``), ``build() -> (model, tokenizer)``, warm-start it on ``pairs`` and
     save it in Hugging Face format."""
