@@ -34,7 +34,6 @@ from __future__ import annotations
 
 import contextlib
 import datetime as _dt
-import fnmatch
 import math
 import os
 import re
@@ -58,6 +57,7 @@ from harness.board_tables import (
     Spec,
     cell,
     footer,
+    late_means,
     notes_text,
     quality_table,
     render_csv,
@@ -317,30 +317,6 @@ def _fill(rows: list[Row], specs: list[Spec], cfg: BoardConfig) -> None:
             row.cost[c.key] = interval(_per_seed(row.runs, f"final/{c.key}").values(), *opts)
 
 
-def _late_means(client: MlflowClient, rows: list[Row], window: int) -> None:
-    """Put ``final/<dynamics key>`` = mean of the step metric over the run's last ``window``
-    (or the dynamic's own) logged steps into each run's metrics, averaged over the eval sets a
-    ``*`` pattern matches (a run's own summary, if it logged one, wins). The value is read from
-    the metric history, so runs logged before the summary existed get it too."""
-    for row in rows:
-        for run in row.runs.values():
-            for d in DYNAMICS:
-                names = [m for m in run.metrics if fnmatch.fnmatchcase(m, d.metric)]
-                if f"final/{d.key}" in run.metrics or not names:
-                    continue
-                means = []
-                for name in sorted(names):
-                    by_step: dict[int, float] = {}
-                    for m in sorted(client.get_metric_history(run.run_id, name),
-                                    key=lambda m: (m.step, m.timestamp)):
-                        by_step[m.step] = m.value  # a step logged twice: the last write wins
-                    tail = [by_step[s] for s in sorted(by_step)[-(d.window or window):]]
-                    if tail:
-                        means.append(sum(tail) / len(tail))
-                if means:
-                    run.metrics[f"final/{d.key}"] = float(sum(means) / len(means))
-
-
 def _rank(rows: list[Row], prim: Spec | None) -> list[Row]:
     def order(row: Row) -> tuple[bool, float, str]:
         m = row.final[prim.name].mean if prim else math.nan
@@ -458,7 +434,7 @@ def build_leaderboards(
         prim = _primary(specs)
         rows = _make_rows(group)
         _pair(rows, cfg, default)
-        _late_means(client, rows, cfg.final_window)
+        late_means(client, rows, cfg.final_window)
         _fill(rows, specs, cfg)
         rows = _rank(rows, prim)
         title = f"{task}-{variant} / {model}"

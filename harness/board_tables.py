@@ -8,14 +8,17 @@ in separate columns (mean, half-width, low, high, n) at full precision.
 from __future__ import annotations
 
 import csv
+import fnmatch
 import io
 import math
 from dataclasses import dataclass, field
+from typing import Any
 
 from harness.stats import Interval
 
 __all__ = ["COSTS", "DYNAMICS", "MARK", "Cost", "Dynamic", "Row", "Run", "Spec", "cell",
-           "footer", "notes_text", "quality_table", "render_csv", "render_markdown", "table"]
+           "footer", "late_means", "notes_text", "quality_table", "render_csv", "render_markdown",
+           "table"]
 
 MARK = "†"  # paired difference whose CI excludes 0
 _KINDS = ("pass", "mean", "maj")  # column order within an eval set
@@ -351,3 +354,27 @@ def render_csv(records: list[dict[str, str]]) -> str:
         w.writeheader()
         w.writerows(records)
     return buf.getvalue()
+
+
+def late_means(client: Any, rows: list[Row], window: int) -> None:
+    """Put ``final/<dynamics key>`` = mean of the step metric over the run's last ``window``
+    (or the dynamic's own) logged steps into each run's metrics, averaged over the eval sets a
+    ``*`` pattern matches (a run's own summary, if it logged one, wins). The value is read from
+    the metric history, so runs logged before the summary existed get it too."""
+    for row in rows:
+        for run in row.runs.values():
+            for d in DYNAMICS:
+                names = [m for m in run.metrics if fnmatch.fnmatchcase(m, d.metric)]
+                if f"final/{d.key}" in run.metrics or not names:
+                    continue
+                means = []
+                for name in sorted(names):
+                    by_step: dict[int, float] = {}
+                    for m in sorted(client.get_metric_history(run.run_id, name),
+                                    key=lambda m: (m.step, m.timestamp)):
+                        by_step[m.step] = m.value  # a step logged twice: the last write wins
+                    tail = [by_step[s] for s in sorted(by_step)[-(d.window or window):]]
+                    if tail:
+                        means.append(sum(tail) / len(tail))
+                if means:
+                    run.metrics[f"final/{d.key}"] = float(sum(means) / len(means))
