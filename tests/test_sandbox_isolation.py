@@ -32,6 +32,7 @@ AFFINE = {"kind": "functional", "preamble": "", "units": ["assert f(2) == 5\n"]}
 @pytest.fixture(autouse=True)
 def _fresh_warnings(monkeypatch):
     monkeypatch.setattr(layers, "_announced", set())
+    monkeypatch.delenv(layers.ALLOW_WEAKER_VAR, raising=False)
 
 
 def test_a_missing_cgroup_is_detected_and_refused_naming_what_is_not_enforced(monkeypatch):
@@ -71,8 +72,16 @@ def test_allowed_weaker_isolation_grades_with_one_warning(monkeypatch, capfd):
     assert capfd.readouterr().err.count("weaker than configured") == 1
 
 
+def test_the_environment_can_allow_weaker_isolation_for_a_whole_process(monkeypatch):
+    monkeypatch.setenv(cgroup.ENV_VAR, NO_CGROUP)
+    monkeypatch.setenv(layers.ALLOW_WEAKER_VAR, "1")
+    with pytest.warns(RuntimeWarning, match="cgroup"):
+        CodeGrader(GraderConfig(workers=1)).close()
+
+
 def test_the_command_line_refuses_with_one_line_and_exit_2(tmp_path, cli_env):
     env = {**cli_env, cgroup.ENV_VAR: NO_CGROUP}
+    env.pop(layers.ALLOW_WEAKER_VAR, None)
     out = subprocess.run([sys.executable, "-m", "harness.cli", "train", "algorithm=grpo",
                           "task=code", f"tracking.uri=sqlite:///{tmp_path / 'm.db'}"],
                          env=env, cwd=tmp_path, capture_output=True, text=True, timeout=300)
