@@ -1,4 +1,4 @@
-"""The hostile-program suite, run twice: as root (as CI runs) and as an unprivileged uid.
+"""The hostile-program suite, run twice: as root (as CI runs) and as a non-root uid ("nonroot").
 
 Each run is ``python -m tests.hostile.run`` in a process of its own, under an outer cap
 (``tests/hostile/outer.py``: a cgroup with ``pids.max`` and a memory limit, nested sandboxes
@@ -29,7 +29,7 @@ from tests.hostile.outer import free_uid, run_capped
 from tests.hostile.run import GROUP_MB, MAX_PROCS
 
 ROOT = Path(__file__).resolve().parents[1]
-IDENTITIES = ["root", "unprivileged"]
+IDENTITIES = ["root", "nonroot"]
 
 pytestmark = pytest.mark.skipif(
     os.environ.get("RLBENCH_SANDBOX") == "rlimits" or probe().mode != "bwrap",
@@ -42,7 +42,7 @@ def _run(identity: str) -> dict:
     if identity == "root" and euid != 0:
         pytest.skip("the root run needs root (CI runs as root)")
     ident = None
-    if identity == "unprivileged" and euid == 0:
+    if identity == "nonroot" and euid == 0:
         uid = free_uid()
         ident = (uid, uid)
     env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "PYTHONDONTWRITEBYTECODE": "1",
@@ -111,8 +111,8 @@ def test_root_gets_every_isolation_layer_and_the_candidate_an_unprivileged_host_
 def test_a_fork_bomb_creates_at_most_max_procs_processes_in_its_sandbox(outcome):
     bomb = outcome["fork_bomb"]
     assert bomb["warm"] == "returned 5" and bomb["outcome"] != "returned 5"
-    # it did fork (many) and was stopped at the limit: counted on the host, bubblewrap's
-    # monitor (outside the sandbox's PID namespace) excluded
+    # it did fork (many) and was stopped at the limit: every descendant of bubblewrap's monitor
+    # (which is outside the sandbox's PID namespace) counted on the host
     assert MAX_PROCS // 2 <= bomb["peak_processes"] <= MAX_PROCS, bomb
     if outcome["cgroups"]:  # the kernel's count: every task of the group, the monitor included
         assert bomb["cgroup"]["pids_peak"] is None or bomb["cgroup"]["pids_peak"] <= MAX_PROCS + 1

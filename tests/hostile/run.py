@@ -5,10 +5,10 @@ machine), once as root and once as an unprivileged uid:
 
     python -m tests.hostile.run
 
-Measured, not inferred: processes are counted on the host (``/proc``, by the tag every sandbox
-process of one fork server carries in its command line), the uid of each is read from
-``/proc/<pid>/status``, and the kernel's own counters of the sandbox's cgroup are read before
-it is removed (peak tasks, peak memory, OOM kills).
+Measured, not inferred: processes are counted on the host (``/proc``: the descendants of a
+sandbox's bubblewrap monitor, or every process carrying a grader's tag in its command line),
+the uid of each is read from ``/proc/<pid>/status``, and the kernel's own counters of the
+sandbox's cgroup are read before it is removed (peak tasks, peak memory, OOM kills).
 """
 
 from __future__ import annotations
@@ -66,13 +66,42 @@ def tagged(tag: str, exclude: int = -1) -> dict[int, tuple[str, int]]:
     return found
 
 
-class Sampler:
-    """Counts, while it runs, the processes of one tag (the peak) and the host uids seen per
-    program (``setpriv`` is the root grader's launcher, root until it drops to the sandbox's
-    uid and becomes bubblewrap)."""
+def descendants(pid: int) -> dict[int, tuple[str, int]]:
+    """Host PID -> (program, host uid) of every descendant of ``pid``, found through
+    ``/proc/<pid>/task/<tid>/children`` (cheap: a busy bomb makes reading every process's
+    command line take seconds, which would miss the peak). Orphans in a sandbox are adopted by
+    its PID 1, itself a descendant of bubblewrap's monitor: none escapes the count."""
+    found: dict[int, tuple[str, int]] = {}
+    stack = [pid]
+    while stack:
+        parent = stack.pop()
+        with contextlib.suppress(OSError):
+            for tid in os.listdir(f"/proc/{parent}/task"):
+                with contextlib.suppress(OSError, ValueError):
+                    for child in map(int, Path(f"/proc/{parent}/task/{tid}/children")
+                                     .read_text().split()):
+                        if child not in found:
+                            found[child] = _who(child)
+                            stack.append(child)
+    return found
 
-    def __init__(self, tag: str, exclude: Any = lambda: -1) -> None:
-        self.tag, self.exclude = tag, exclude
+
+def _who(pid: int) -> tuple[str, int]:
+    try:
+        comm = Path(f"/proc/{pid}/comm").read_text().strip()
+        uid = int(Path(f"/proc/{pid}/status").read_text().split("\nUid:")[1].split()[0])
+    except (OSError, IndexError, ValueError):
+        return "?", -1
+    return comm, uid
+
+
+class Sampler:
+    """While it runs: the peak number of processes ``snapshot()`` returns, and the host uids
+    seen per program (``setpriv`` is the root grader's launcher, root until it drops to the
+    sandbox's uid and becomes bubblewrap)."""
+
+    def __init__(self, snapshot: Any) -> None:
+        self.snapshot = snapshot
         self.peak, self.uids = 0, {}
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
@@ -80,10 +109,11 @@ class Sampler:
 
     def _run(self) -> None:
         while not self._stop.is_set():
-            procs = tagged(self.tag, self.exclude())
+            procs = self.snapshot()
             self.peak = max(self.peak, len(procs))
             for program, uid in procs.values():
-                self.uids.setdefault(program, set()).add(uid)
+                if uid >= 0:
+                    self.uids.setdefault(program, set()).add(uid)
             time.sleep(0.005)
 
     def uids_by_program(self) -> dict[str, list[int]]:
@@ -146,7 +176,7 @@ def suite() -> dict[str, Any]:
             code = code.replace(token, value)
         items.append((PROBLEMS[case.problem], code))
     goods = [(PROBLEMS[p], GOOD[p]) for p in GOOD for _ in range(3)]
-    sampler = Sampler(tag)
+    sampler = Sampler(lambda: tagged(tag))
     start = time.monotonic()
     results = grader.grade_many(items + goods)
     seconds = time.monotonic() - start
@@ -198,12 +228,13 @@ def _stats(server: ForkServer) -> dict[str, Any]:
 
 def fork_bomb(name: str) -> dict[str, Any]:
     """A fork bomb in one fork server with ``max_procs=16``: peak process count in the sandbox
-    (host count of its tagged processes, bubblewrap's monitor outside the namespace excluded),
-    the cgroup's own peak, then an honest program in the same server, then what is left."""
+    (every descendant of bubblewrap's monitor, which is outside the namespace), the cgroup's own
+    peak, then an honest program in the same server, then what is left."""
     tag = f"fork-bomb-{name}-{os.getpid()}"
     server = ForkServer(Limits(max_procs=MAX_PROCS, wall_s=30), tag=tag, allow_weaker=True)
     warm = _call(server, HONEST, 5)  # started before the sampler: its monitor is known
-    sampler = Sampler(tag, exclude=lambda: server.proc.pid if server.proc else -1)
+    monitor = server.proc.pid  # bubblewrap's monitor (outside the PID namespace): not counted
+    sampler = Sampler(lambda: descendants(monitor))
     outcome = _call(server, FORK_BOMB, 3.0)
     sampler.stop()
     stats = _stats(server)
