@@ -68,8 +68,9 @@ def main() -> None:
     for name in graders:
         print(f"fork server, {name}: {n} programs ({passed[name]} passed) in "
               f"{seconds[name]:.2f} s = {rate[name]:.1f} programs/s")
-    print(f"new/old throughput: {rate['new'] / rate['old']:.3f} "
-          f"({100 * (1 - rate['new'] / rate['old']):+.1f}% slower)")
+    ratio = rate["new"] / rate["old"]
+    print(f"new/old throughput: {ratio:.3f} (new is {100 * abs(1 - ratio):.1f}% "
+          f"{'slower' if ratio < 1 else 'faster'})")
     if args.cold:
         cold = dict.fromkeys(graders, 0.0)
         for r in range(2):

@@ -8,7 +8,7 @@ sandboxes keep full credit, a fork bomb creates at most ``max_procs`` processes 
 (counted on the host), a memory bomb is killed at the sandbox's group memory (the kernel's own
 counters), and nothing is left behind: no process, no file, no cgroup.
 
-The unprivileged run uses a uid with no passwd entry and no process (nothing to create or
+The non-root run ("nonroot") uses a uid with no passwd entry and no process (nothing to create or
 remove) and a cgroup delegated to it by this fixture; it needs root to start and is skipped
 otherwise (a non-root developer's own run is that run).
 """
