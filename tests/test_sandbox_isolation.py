@@ -175,7 +175,7 @@ def test_empty_groups_left_by_a_killed_grader_are_removed(monkeypatch):
     be = cgroup.backend()
     stale = [p / f"{cgroup.PREFIX}{dead.pid}-0" for p in be.dirs]
     for d in stale:
-        d.mkdir()
+        (d / f"{cgroup.PREFIX}{dead.pid}-1").mkdir(parents=True)  # nested, as under an outer cap
     monkeypatch.setattr(cgroup, "_cleaned", set())
     group = cgroup.Group(be, 4, 64)
     try:

@@ -288,8 +288,9 @@ def _remove_stale(be: Backend) -> None:
             for d in parent.iterdir():
                 owner = d.name[len(PREFIX):].split("-")[0]
                 if d.name.startswith(PREFIX) and owner.isdigit() and not _alive(int(owner)):
-                    with contextlib.suppress(OSError):
-                        d.rmdir()
+                    for root, _, _ in os.walk(d, topdown=False):  # nested groups first
+                        with contextlib.suppress(OSError):
+                            os.rmdir(root)
 
 
 def leftovers(be: Backend | None = None, owner: int | None = None) -> list[Path]:
