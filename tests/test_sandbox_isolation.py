@@ -91,10 +91,17 @@ def test_the_command_line_refuses_with_one_line_and_exit_2(tmp_path, cli_env):
     assert "task.grader.allow_weaker_isolation=true" in lines[0]
 
 
-def test_the_sandbox_host_id_must_not_be_root(monkeypatch):
+def test_a_bad_sandbox_setting_is_one_config_error_naming_it(monkeypatch):
     monkeypatch.setenv(layers.HOST_ID_VAR, "0:0")
-    with pytest.raises(ValueError, match="must not be 0"):
-        layers.host_id()
+    with pytest.raises(ConfigError, match=r"RLBENCH_SANDBOX_HOST_ID='0:0'.*must not be 0"):
+        CodeGrader(GraderConfig(workers=1))
+    monkeypatch.setenv(layers.HOST_ID_VAR, "nobody")
+    with pytest.raises(ConfigError, match="expected uid:gid"):
+        CodeGrader(GraderConfig(workers=1))
+    monkeypatch.delenv(layers.HOST_ID_VAR)
+    monkeypatch.setenv(layers.ENV_VAR, "docker")
+    with pytest.raises(ConfigError, match="RLBENCH_SANDBOX='docker': expected auto, bwrap"):
+        CodeGrader(GraderConfig(workers=1))
 
 
 def _marked(marker: str) -> dict[str, set[int]]:

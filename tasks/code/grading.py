@@ -37,7 +37,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from harness.components import ConfigError
-from harness.sandbox import Limits, WeakerIsolationError, require
+from harness.sandbox import Limits, SandboxUnavailableError, WeakerIsolationError, require
 from harness.sandbox.remote import (
     ForkServer,
     RemoteError,
@@ -152,6 +152,8 @@ def check_isolation(allow_weaker: bool) -> str:
     except WeakerIsolationError as exc:
         raise ConfigError(f"{exc}. Install what is missing (docs/sandbox.md) or set "
                           "task.grader.allow_weaker_isolation=true to grade anyway") from None
+    except (SandboxUnavailableError, ValueError) as exc:  # RLBENCH_SANDBOX* set wrongly
+        raise ConfigError(str(exc)) from None
 
 
 class CodeGrader:
