@@ -1,123 +1,83 @@
-"""The hostile-program suite: every attack in tests/hostile/cases.py is contained, earns no credit
-for tests it did not pass, and leaves the machine clean (no stray processes, no files outside the
-sandbox's temporary directory); honest programs graded in the same batch keep full credit."""
+"""The hostile-program suite, run twice: as root (as CI runs) and as a non-root uid ("nonroot").
+
+Each run is ``python -m tests.hostile.run`` in a process of its own, under an outer cap
+(``tests/hostile/outer.py``: a cgroup with ``pids.max`` and a memory limit, nested sandboxes
+included), so a sandbox regression cannot take the machine down; it prints what it measured.
+Every attack in ``tests/hostile/cases.py`` must earn no credit, honest programs in the same
+sandboxes keep full credit, a fork bomb creates at most ``max_procs`` processes in its sandbox
+(counted on the host), a memory bomb is killed at the sandbox's group memory (the kernel's own
+counters), and nothing is left behind: no process, no file, no cgroup.
+
+The non-root run ("nonroot") uses a uid with no passwd entry and no process (nothing to create or
+remove) and a cgroup delegated to it by this fixture; it needs root to start and is skipped
+otherwise (a non-root developer's own run is that run).
+"""
 
 from __future__ import annotations
 
+import fcntl
+import json
 import os
-import socket
-import threading
-import time
+import sys
 from pathlib import Path
 
 import pytest
 
-from harness.sandbox import isolation
-from tasks.code.grading import CodeGrader, GraderConfig
-from tests.hostile.cases import CASES, GOOD, PROBLEMS
+from harness.sandbox import probe
+from tests.hostile.cases import CASES
+from tests.hostile.outer import free_uid, run_capped
+from tests.hostile.run import GROUP_MB, MAX_PROCS
 
 ROOT = Path(__file__).resolve().parents[1]
-DATA = ROOT / "tasks" / "code" / "data"
-# Unique to this module's grader, so sandboxes of tests running in parallel (xdist) don't count.
-TAG = f"hostile-suite-{os.getpid()}-{time.time_ns()}"
-SERVER_MARKER = f"--tag={TAG}"
+IDENTITIES = ["root", "nonroot"]
 
 pytestmark = pytest.mark.skipif(
-    os.environ.get("RLBENCH_SANDBOX") == "rlimits" or isolation() != "bwrap",
-    reason="the hostile suite needs bubblewrap (apt-get install bubblewrap): without it a fork "
-           "bomb running as root is not contained",
-)
+    os.environ.get("RLBENCH_SANDBOX") == "rlimits" or probe().mode != "bwrap",
+    reason="the hostile suite needs bubblewrap (apt-get install bubblewrap): without namespaces "
+           "the file-system and network attacks are not contained")
 
 
-def sandbox_processes(python_only: bool = False) -> list[int]:
-    """Host PIDs of sandboxes: bubblewrap (outer process and its PID-1 reaper, whose command line
-    carries the server's source), fork servers and everything they forked (same command line)."""
-    pids = []
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
+def _run(identity: str) -> dict:
+    euid = os.geteuid()
+    if identity == "root" and euid != 0:
+        pytest.skip("the root run needs root (CI runs as root)")
+    ident = None
+    if identity == "nonroot" and euid == 0:
+        uid = free_uid()
+        ident = (uid, uid)
+    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "PYTHONDONTWRITEBYTECODE": "1",
+           "OMP_NUM_THREADS": "1", "HOME": "/tmp", "TMPDIR": "/tmp", "LANG": "C.UTF-8"}
+    for key in ("RLBENCH_SANDBOX", "RLBENCH_SANDBOX_HOST_ID", "RLBENCH_CGROUP"):
+        if key in os.environ:
+            env[key] = os.environ[key]
+    capped = run_capped([sys.executable, "-m", "tests.hostile.run"], name=f"outer-{identity}",
+                        ident=ident, timeout=540, env=env, cwd=str(ROOT))
+    assert capped.returncode == 0 and not capped.timed_out, (capped.cap, capped.stderr[-3000:])
+    data = json.loads(capped.stdout.strip().splitlines()[-1])
+    data.update(outer_cap=capped.cap, outer_left=capped.left_behind, run_as=ident or euid)
+    return data
+
+
+@pytest.fixture(scope="module", params=IDENTITIES)
+def outcome(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> dict:
+    """One run per identity, shared by the xdist workers of this session (file lock)."""
+    shared = tmp_path_factory.getbasetemp()
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        shared = shared.parent
+    path = shared / f"hostile-{request.param}.json"
+    with open(shared / f"hostile-{request.param}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if path.exists():
+            data = json.loads(path.read_text())
+        else:
             try:
-                cmd = Path(f"/proc/{entry}/cmdline").read_bytes()
-            except OSError:
-                continue
-            if SERVER_MARKER.encode() in cmd and not (
-                python_only and os.path.basename(cmd.split(b"\0")[0]) == b"bwrap"
-            ):
-                pids.append(int(entry))
-    return pids
-
-
-class Listener:
-    """A host TCP listener on 127.0.0.1 that records every connection it accepts."""
-
-    def __init__(self) -> None:
-        self.sock = socket.socket()
-        self.sock.bind(("127.0.0.1", 0))
-        self.sock.listen(8)
-        self.sock.settimeout(0.2)
-        self.port = self.sock.getsockname()[1]
-        self.accepted = 0
-        self._stop = False
-        self._thread = threading.Thread(target=self._run, daemon=True)
-        self._thread.start()
-
-    def _run(self) -> None:
-        while not self._stop:
-            try:
-                conn, _ = self.sock.accept()
-                self.accepted += 1
-                conn.close()
-            except OSError:
-                continue
-
-    def close(self) -> None:
-        self._stop = True
-        self._thread.join()
-        self.sock.close()
-
-
-@pytest.fixture(scope="module")
-def outcome(tmp_path_factory: pytest.TempPathFactory):
-    tmp = tmp_path_factory.mktemp("hostile")
-    sentinel = tmp / "sentinel.txt"
-    sentinel.write_text("must survive")
-    hostfile = Path("/tmp") / f"rlbench-hostile-{os.getpid()}-{time.time_ns()}"
-    listener = Listener()
-    before = set(sandbox_processes())
-    grader = CodeGrader(GraderConfig(workers=2, timeout_base_s=2.0, timeout_per_test_s=1.0,
-                                     call_timeout_s=2.0, cpu_s=1.0, memory_mb=256,
-                                     max_procs=16, max_output_bytes=1 << 20,
-                                     stop_on_first_failure=False, cache_size=0), tag=TAG)
-    subst = {"@SENTINEL@": str(sentinel), "@HOSTFILE@": str(hostfile), "@PORT@": str(listener.port),
-             "@REPO@": str(ROOT), "@DATA@": str(DATA)}
-    items = []
-    for case in CASES:
-        code = case.code
-        for token, value in subst.items():
-            code = code.replace(token, value)
-        items.append((PROBLEMS[case.problem], code))
-    # honest programs interleaved with the attacks, in the same sandboxes
-    goods = [(PROBLEMS[p], GOOD[p]) for p in GOOD for _ in range(3)]
-    start = time.monotonic()
-    results = grader.grade_many(items + goods)
-    seconds = time.monotonic() - start
-    during = set(sandbox_processes(python_only=True)) - before
-    for _ in range(30):  # a replaced server's namespace may take a moment to be torn down
-        if len(during) <= 2:
-            break
-        time.sleep(0.1)
-        during = set(sandbox_processes(python_only=True)) - before
-    restarts = grader.pool.restarts
-    grader.close()
-    time.sleep(0.5)
-    after = set(sandbox_processes()) - before
-    listener.close()
-    yield {
-        "results": dict(zip([c.name for c in CASES], results[: len(CASES)])),
-        "goods": results[len(CASES):], "during": during, "after": after,
-        "sentinel": sentinel, "hostfile": hostfile, "listener": listener, "seconds": seconds,
-        "restarts": restarts,
-    }
-    hostfile.unlink(missing_ok=True)
+                data = _run(request.param)
+            except pytest.skip.Exception as exc:
+                data = {"skip": str(exc.msg)}
+            path.write_text(json.dumps(data))
+    if "skip" in data:
+        pytest.skip(data["skip"])
+    return data
 
 
 def test_the_suite_has_at_least_30_hostile_programs():
@@ -127,45 +87,111 @@ def test_the_suite_has_at_least_30_hostile_programs():
 
 @pytest.mark.parametrize("name", [c.name for c in CASES])
 def test_hostile_program_earns_no_credit(outcome, name):
-    result = outcome["results"][name]
-    assert result.passed == 0, (name, result)
-    assert not result.all_passed
+    passed, total, status = outcome["suite"]["results"][name]
+    assert passed == 0 and total > 0, (name, status)
 
 
 def test_honest_programs_in_the_same_sandboxes_keep_full_credit(outcome):
-    failed = [r for r in outcome["goods"] if not r.all_passed]
-    assert not failed, failed
+    assert all(outcome["suite"]["goods_all_passed"])
+    assert all(outcome["suite"]["goods_after_all_passed"])  # after every bomb
+
+
+def test_root_gets_every_isolation_layer_and_the_candidate_an_unprivileged_host_uid(outcome):
+    if outcome["euid"] == 0:
+        assert outcome["missing"] == [], outcome["missing"]
+    assert outcome["mode"] == "bwrap" and outcome["host_uid"] != 0
+    uids = outcome["suite"]["host_uids"]
+    # setpriv is the launcher of a root grader: root until it drops and becomes bubblewrap
+    inside = {program: u for program, u in uids.items() if program != "setpriv"}
+    assert inside and all(0 not in u for u in inside.values()), uids
+    bomb_uids = outcome["fork_bomb"]["host_uids"]
+    assert bomb_uids and all(0 not in u for u in bomb_uids.values()), bomb_uids
+
+
+def test_a_fork_bomb_creates_at_most_max_procs_processes_in_its_sandbox(outcome):
+    bomb = outcome["fork_bomb"]
+    assert bomb["warm"] == "returned 5" and bomb["outcome"] != "returned 5"
+    # it did fork (many) and was stopped at the limit: every descendant of bubblewrap's monitor
+    # (which is outside the sandbox's PID namespace) counted on the host
+    assert MAX_PROCS // 2 <= bomb["peak_processes"] <= MAX_PROCS, bomb
+    if outcome["cgroups"]:  # the kernel's count: every task of the group, the monitor included
+        assert bomb["cgroup"]["pids_peak"] is None or bomb["cgroup"]["pids_peak"] <= MAX_PROCS + 1
+    assert bomb["honest_after"] == "returned 5"
+
+
+def test_without_cgroups_rlimit_nproc_in_the_user_namespace_still_holds(outcome):
+    bomb = outcome.get("fork_bomb_rlimit_only")
+    if bomb is None:
+        pytest.skip(f"this run had no cgroups to switch off ({outcome['isolation']})")
+    assert bomb["cgroup"] == {} and "no cgroup" in bomb["isolation"]
+    assert MAX_PROCS // 2 <= bomb["peak_processes"] <= MAX_PROCS, bomb
+    assert bomb["honest_after"] == "returned 5"
+
+
+def test_fork_bombs_earn_no_credit(outcome):
+    for name in ("fork_bomb_at_import", "fork_bomb_in_call", "subprocess_bomb"):
+        assert outcome["suite"]["results"][name][0] == 0
+
+
+def test_a_memory_bomb_is_killed_at_the_group_memory_limit(outcome):
+    if "memory_bomb" not in outcome:
+        pytest.skip(f"no cgroup in this run ({outcome['isolation']}): group memory is not "
+                    "enforced, memory is bounded per process only")
+    mem = outcome["memory_bomb"]
+    assert mem["group_mb"] == GROUP_MB and mem["process_mb"] > 4 * GROUP_MB
+    for name in ("one_process", "eight_processes"):
+        run = mem[name]
+        assert run["outcome"] in ("RemoteDiedError", "RemoteTimeoutError"), run
+        assert run["cgroup"]["oom_kills"] >= 1, run  # killed by the group's limit ...
+        assert run["cgroup"]["memory_peak"] <= GROUP_MB << 20, run  # ... and never above it
+        assert run["honest_after"] == "returned 5"
+    assert mem["processes_after"] == []
 
 
 def test_no_connection_reached_the_host_listener(outcome):
-    assert outcome["listener"].accepted == 0
+    assert outcome["suite"]["listener_accepted"] == 0
 
 
 def test_no_host_file_was_written_or_deleted(outcome):
-    assert outcome["sentinel"].read_text() == "must survive"
-    assert not outcome["hostfile"].exists()
+    suite = outcome["suite"]
+    assert suite["sentinel_intact"] and not suite["hostfile_exists"]
+    assert not suite["repo_pwned"] and suite["data_intact"]
     assert not (ROOT / "PWNED").exists()
-    assert (DATA / "humaneval.jsonl").is_file()
 
 
 def test_no_process_is_left_running(outcome):
-    # while the grader was open, at most one fork server per sandbox (no forked leftovers);
-    # after close, none at all
-    assert len(outcome["during"]) <= 2, outcome["during"]
-    assert not outcome["after"], outcome["after"]
+    suite = outcome["suite"]
+    # while the grader was open, per sandbox at most bubblewrap's monitor, its PID 1 and the
+    # fork server (no forked leftovers); after close, none at all
+    assert suite["processes_during"] <= 6, suite["processes_during"]
+    assert suite["processes_after"] == []
+    assert outcome["fork_bomb"]["processes_after"] == []
+
+
+def test_no_cgroup_and_nothing_else_is_left_under_the_outer_cap(outcome):
+    assert outcome["cgroups_left"] == []
+    assert outcome["outer_left"] == [], outcome["outer_left"]
+
+
+def test_the_suite_ran_under_an_outer_cap_of_its_own(outcome):
+    cap = outcome["outer_cap"]
+    assert "pids.max" in cap or "RLIMIT_NPROC" in cap
+    if "cgroup" in cap.split(":")[0]:
+        name = cap.split()[1].rstrip(":")
+        assert name in outcome["own_cgroup"], (cap, outcome["own_cgroup"])
 
 
 def test_daemons_started_by_a_candidate_die_with_it(outcome):
     # the daemon would have created the host file 30 s later if it had survived; its sandbox
-    # (PID namespace) is gone, so no process of it is left to do so
-    assert not outcome["after"]
-    assert outcome["results"]["daemon_survives"].passed == 0
+    # (PID namespace, cgroup) is gone, so no process of it is left to do so
+    assert outcome["suite"]["processes_after"] == []
+    assert outcome["suite"]["results"]["daemon_survives"][0] == 0
 
 
 def test_attacks_on_the_server_are_survived_by_replacing_it(outcome):
     # kill_parent, kill_everything and stop_parent take their fork server down; grading goes on
-    assert outcome["restarts"] >= 2
+    assert outcome["suite"]["restarts"] >= 2
 
 
 def test_the_whole_suite_is_graded_in_bounded_time(outcome):
-    assert outcome["seconds"] < 120
+    assert outcome["suite"]["seconds"] < 120

@@ -1,67 +1,70 @@
 """Run untrusted programs (model-written code) so that they cannot escape, hog or fool the host.
 
-Layers, outermost first (threat model and what each layer stops: ``docs/sandbox.md``):
+Layers, outermost first (threat model, what each layer stops and what holds as root:
+``docs/sandbox.md``):
 
 1. **bubblewrap** (``bwrap``, Debian package ``bubblewrap``) when it is installed and works:
    new user, PID, network, IPC, UTS and mount namespaces; the program runs as uid 65534 with no
-   capabilities; the file system it sees is only the read-only Python installation and system
-   libraries, a size-capped private ``/tmp`` (the only writable place) and a fresh ``/proc`` and
-   ``/dev``; no network interface but an empty loopback; the sandbox dies with its parent and,
-   because it owns a PID namespace, every process in it dies with it.
-2. **Resource limits** (``setrlimit``, always): CPU seconds, address space, processes, file size,
-   open files, no core dumps; the sandbox runs at lower priority (``nice``) so grading keeps the
-   machine responsive.
-3. **Supervision** by the parent (always): wall-clock timeout, output capped while it is read,
-   the whole process group (or PID namespace) killed at the end, nothing left running.
+   capabilities and cannot create user namespaces; the file system it sees is only the
+   read-only Python installation and system libraries, a size-capped private ``/tmp`` (the only
+   writable place) and a fresh ``/proc`` and ``/dev``; no network interface but an empty
+   loopback; the sandbox dies with its parent and, because it owns a PID namespace, every
+   process in it dies with it.
+2. **An unprivileged host uid**: a root grader starts bubblewrap through ``setpriv`` as
+   ``RLBENCH_SANDBOX_HOST_ID`` (default 65534:65534), so the sandbox's uid maps to a non-root
+   host uid and the kernel enforces ``RLIMIT_NPROC`` (it never does for host root).
+3. **A cgroup per sandbox** (:mod:`harness.sandbox.cgroup`) where one is writable: ``pids.max``
+   and a memory limit for the whole sandbox; killed and removed when the sandbox ends.
+4. **Resource limits** (``setrlimit``): CPU seconds, address space, file size, open files, no
+   core dumps, and ``RLIMIT_NPROC`` set *inside* the sandbox's user namespace (there the kernel
+   counts only that sandbox's processes); lower priority (``nice``).
+5. **Supervision** by the parent: wall-clock timeout, output capped while it is read, the whole
+   process group (PID namespace, cgroup) killed at the end, nothing left running.
 
-Without bubblewrap only layers 2-3 remain; that is announced by a loud warning once per process
-(``RLBENCH_SANDBOX=rlimits`` forces it, ``=bwrap`` insists on bubblewrap, ``auto`` is default).
+:mod:`harness.sandbox.layers` finds out which layers work here. A missing one is announced by one
+warning per process naming what is then not enforced; callers that pass ``allow_weaker=False``
+(the code grader, unless ``task.grader.allow_weaker_isolation=true``) get
+:class:`WeakerIsolationError` instead. ``RLBENCH_SANDBOX=rlimits`` forces the fallback without
+namespaces, ``=bwrap`` insists on bubblewrap, ``auto`` is the default.
 
 Public API: :class:`Limits`, :class:`RunResult`, :func:`run`, :func:`run_python` for one-shot
 runs (the agentic python tool), :func:`spawn` for a long-lived sandboxed process with pipes
-(the fork server of :mod:`harness.sandbox.remote`), and :func:`isolation`.
+(the fork server of :mod:`harness.sandbox.remote`), :func:`isolation`, :func:`probe` and
+:func:`require`.
 """
 
 from __future__ import annotations
 
 import contextlib
-import functools
 import os
-import resource
 import selectors
 import shutil
 import signal
 import subprocess
-import sys
 import tempfile
 import time
-import warnings
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from pathlib import Path
+
+from harness.sandbox import cgroup
+from harness.sandbox.layers import (
+    ENV_VAR,
+    SANDBOX_UID,
+    Isolation,
+    Limits,
+    SandboxUnavailableError,
+    WeakerIsolationError,
+    plan,
+    probe,
+    python_executable,
+    require,
+)
+
+__all__ = ["ENV_VAR", "SANDBOX_UID", "Isolation", "Limits", "RunResult", "Sandbox",
+           "SandboxUnavailableError", "WeakerIsolationError", "isolation", "kill_tree", "probe",
+           "python_executable", "require", "run", "run_python", "spawn"]
 
 _SPAWNER = ThreadPoolExecutor(1, thread_name_prefix="rlbench-sandbox-spawner")
-SANDBOX_UID = 65534  # "nobody": owns nothing on the host
-ENV_VAR = "RLBENCH_SANDBOX"
-
-
-class SandboxUnavailableError(RuntimeError):
-    """``RLBENCH_SANDBOX=bwrap`` was asked for but bubblewrap does not work here."""
-
-
-@dataclass
-class Limits:
-    """Per-sandbox limits. ``wall_s`` is enforced by the parent, the rest by the kernel."""
-
-    wall_s: float = 10.0
-    cpu_s: float = 10.0
-    memory_mb: int = 512         # RLIMIT_AS of every process in the sandbox
-    max_procs: int = 16          # RLIMIT_NPROC: a fork bomb stops here
-    max_output_bytes: int = 1 << 20  # stdout and stderr, each; more is dropped and flagged
-    max_file_mb: int = 16        # RLIMIT_FSIZE of one file
-    tmp_mb: int = 64             # size of the private /tmp (bubblewrap only)
-    max_open_files: int = 64
-    nice: int = 10
 
 
 @dataclass
@@ -80,128 +83,51 @@ class RunResult:
         return self.exit_code == 0 and not self.timed_out and not self.output_truncated
 
 
-def python_executable() -> str:
-    """The real interpreter behind a venv (the sandbox sees no venv, only the base install)."""
-    base = Path(sys.base_prefix) / "bin" / f"python{sys.version_info[0]}.{sys.version_info[1]}"
-    return str(base if base.exists() else Path(sys.executable).resolve())
-
-
-@functools.lru_cache(maxsize=1)
-def _bwrap_works() -> bool:
-    exe = shutil.which("bwrap")
-    if exe is None:
-        return False
-    try:
-        proc = subprocess.run(
-            [*_bwrap_prefix(Limits(), None), python_executable(), "-I", "-S", "-c", "print(7*6)"],
-            capture_output=True, timeout=20,
-        )
-    except (OSError, subprocess.TimeoutExpired):
-        return False
-    return proc.returncode == 0 and proc.stdout.strip() == b"42"
-
-
-_warned = False
-
-
 def isolation() -> str:
-    """``"bwrap"`` or ``"rlimits"`` (the fallback, with a loud warning the first time)."""
-    global _warned
-    wanted = os.environ.get(ENV_VAR, "auto")
-    if wanted not in ("auto", "bwrap", "rlimits"):
-        raise ValueError(f"{ENV_VAR}={wanted!r}: expected auto, bwrap or rlimits")
-    if wanted != "rlimits" and _bwrap_works():
-        return "bwrap"
-    if wanted == "bwrap":
-        raise SandboxUnavailableError(
-            f"{ENV_VAR}=bwrap but bubblewrap is missing or does not work here "
-            "(apt-get install bubblewrap)"
-        )
-    if not _warned:
-        _warned = True
-        msg = (
-            "\n" + "!" * 78 + "\nrlbench sandbox: bubblewrap (bwrap) is NOT available - untrusted "
-            "code runs with\nrlimits and process-group kill ONLY: it can read your files, use the "
-            "network and\nwrite where your user can. Install it: apt-get install bubblewrap\n"
-            + "!" * 78
-        )
-        warnings.warn(msg, RuntimeWarning, stacklevel=2)
-        print(msg, file=sys.stderr, flush=True)
-    return "rlimits"
+    """``"bwrap"`` or ``"rlimits"`` (no namespaces); warns once if any layer is missing."""
+    return require(allow_weaker=True).mode
 
 
-def _bwrap_prefix(limits: Limits, chdir: str | None) -> list[str]:
-    """bubblewrap arguments: namespaces, uid 65534, read-only system + Python, private /tmp."""
-    args = ["bwrap", "--unshare-all", "--unshare-user", "--uid", str(SANDBOX_UID),
-            "--gid", str(SANDBOX_UID), "--die-with-parent", "--new-session",
-            "--disable-userns", "--cap-drop", "ALL", "--clearenv",
-            "--setenv", "PATH", "/usr/local/bin:/usr/bin:/bin", "--setenv", "HOME", "/tmp",
-            "--setenv", "LANG", "C.UTF-8", "--setenv", "PYTHONDONTWRITEBYTECODE", "1",
-            "--ro-bind", "/usr", "/usr"]
-    for name in ("bin", "lib", "lib64", "sbin"):
-        path = Path("/") / name
-        if path.is_symlink():
-            args += ["--symlink", os.readlink(path), str(path)]
-        elif path.is_dir():
-            args += ["--ro-bind", str(path), str(path)]
-    # Only the interpreter's own installation is visible (not the venv, repo, data or home).
-    prefix = str(Path(sys.base_prefix).resolve())
-    if not prefix.startswith("/usr/"):
-        args += ["--ro-bind", prefix, prefix]
-    args += ["--size", str(limits.tmp_mb << 20), "--tmpfs", "/tmp",
-             "--dev", "/dev", "--proc", "/proc", "--chdir", chdir or "/tmp"]
-    return args
+@dataclass
+class Sandbox:
+    """A started sandbox: its first process (bubblewrap, or the program in the fallback), the
+    isolation it got and its cgroup. :meth:`close` kills everything in it and removes the group."""
 
+    proc: subprocess.Popen
+    isolation: str
+    group: cgroup.Group | None
 
-def _limit_preexec(limits: Limits) -> None:
-    """Runs in the child between fork and exec: inherited by everything the program starts."""
-    def lim(which: int, value: int) -> None:
-        # a hard limit below ours raises: the stricter one stays
-        with contextlib.suppress(ValueError, OSError):
-            resource.setrlimit(which, (value, value))
-
-    cpu = max(1, int(limits.cpu_s + 0.999))
-    resource.setrlimit(resource.RLIMIT_CPU, (cpu, cpu + 1))  # SIGXCPU, then SIGKILL
-    lim(resource.RLIMIT_AS, limits.memory_mb << 20)
-    lim(resource.RLIMIT_NPROC, limits.max_procs)
-    lim(resource.RLIMIT_FSIZE, limits.max_file_mb << 20)
-    lim(resource.RLIMIT_NOFILE, limits.max_open_files)
-    lim(resource.RLIMIT_CORE, 0)
-    os.nice(limits.nice)
+    def close(self) -> None:
+        kill_tree(self.proc)
+        if self.group is not None:
+            self.group.remove()
 
 
 def spawn(
-    argv: list[str], limits: Limits, *, cwd: str | None = None, pass_fds: tuple[int, ...] = (),
-    stdin: int | None = subprocess.PIPE, stdout: int | None = subprocess.PIPE,
-    stderr: int | None = subprocess.PIPE,
-) -> tuple[subprocess.Popen, str]:
-    """Start ``argv`` in the sandbox in its own session (process group); returns the process and
-    the isolation used. Under bubblewrap the program's cwd is its private ``/tmp``; in the fallback
-    it is ``cwd`` (a temporary directory the caller owns)."""
-    mode = isolation()
-    if mode == "bwrap":
-        # RLIMIT_NPROC must not stop bwrap itself (it runs as root outside): bwrap inherits the
-        # limits, which the kernel applies to the unprivileged sandbox user inside.
-        full = [*_bwrap_prefix(limits, None), *argv]
-        popen_cwd = None
-    else:
-        full, popen_cwd = list(argv), cwd
+    argv: list[str], limits: Limits, *, allow_weaker: bool = True, cwd: str | None = None,
+    pass_fds: tuple[int, ...] = (), stdin: int | None = subprocess.PIPE,
+    stdout: int | None = subprocess.PIPE, stderr: int | None = subprocess.PIPE,
+    iso: Isolation | None = None,
+) -> Sandbox:
+    """Start ``argv`` in the sandbox in its own session (process group). Under bubblewrap the
+    program's cwd is its private ``/tmp``; in the fallback it is ``cwd`` (a temporary directory
+    the caller owns). ``allow_weaker=False`` raises :class:`WeakerIsolationError` where a layer
+    is missing (:func:`harness.sandbox.layers.require`); ``iso`` is one already checked."""
+    iso = iso or require(allow_weaker)
+    launch = plan(iso, limits, argv, cwd)
     # bwrap's --die-with-parent (PR_SET_PDEATHSIG) fires when the *thread* that forked it ends,
     # so every sandbox is forked by one long-lived thread, whoever asks for it.
-    proc = _SPAWNER.submit(
-        subprocess.Popen, full, stdin=stdin, stdout=stdout, stderr=stderr, cwd=popen_cwd,
-        pass_fds=pass_fds, start_new_session=True,
-        preexec_fn=functools.partial(_limit_preexec, limits),
-        env=None if mode == "bwrap" else _fallback_env(),
-    ).result()
-    return proc, mode
-
-
-def _fallback_env() -> dict[str, str]:
-    keep = ("PATH", "LANG", "LC_ALL", "SYSTEMROOT")
-    env = {k: os.environ[k] for k in keep if k in os.environ}
-    env["PYTHONDONTWRITEBYTECODE"] = "1"
-    return env
+    try:
+        proc = _SPAWNER.submit(
+            subprocess.Popen, launch.argv, stdin=stdin, stdout=stdout, stderr=stderr,
+            cwd=launch.cwd, pass_fds=pass_fds, start_new_session=True,
+            preexec_fn=launch.preexec, env=launch.env,
+        ).result()
+    except BaseException:
+        if launch.group is not None:
+            launch.group.remove()
+        raise
+    return Sandbox(proc, iso.mode, launch.group)
 
 
 def kill_tree(proc: subprocess.Popen) -> None:
@@ -214,7 +140,8 @@ def kill_tree(proc: subprocess.Popen) -> None:
         proc.wait(timeout=5)
 
 
-def run(argv: list[str], stdin: bytes = b"", limits: Limits | None = None) -> RunResult:
+def run(argv: list[str], stdin: bytes = b"", limits: Limits | None = None, *,
+        allow_weaker: bool = True) -> RunResult:
     """Run ``argv`` in the sandbox with ``stdin``; capture capped stdout/stderr.
 
     The wall clock starts at launch; on timeout or output overflow the whole process tree is
@@ -224,10 +151,12 @@ def run(argv: list[str], stdin: bytes = b"", limits: Limits | None = None) -> Ru
     workdir = tempfile.mkdtemp(prefix="rlbench-sandbox-")
     start = time.monotonic()
     try:
-        proc, mode = spawn(argv, limits, cwd=workdir)
-        out, err, timed_out, truncated = _communicate(proc, stdin, limits, start)
-        kill_tree(proc)  # stragglers in the group (daemons) die with the leader
-        code = proc.returncode
+        box = spawn(argv, limits, allow_weaker=allow_weaker, cwd=workdir)
+        try:
+            out, err, timed_out, truncated = _communicate(box.proc, stdin, limits, start)
+        finally:
+            box.close()  # stragglers (daemons) die with the leader, the cgroup goes
+        code = box.proc.returncode
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
     return RunResult(
@@ -235,14 +164,16 @@ def run(argv: list[str], stdin: bytes = b"", limits: Limits | None = None) -> Ru
         exit_code=code if code is not None and code >= 0 and not timed_out else None,
         signal=-code if code is not None and code < 0 else (signal.SIGKILL if timed_out else None),
         timed_out=timed_out, output_truncated=truncated,
-        wall_s=time.monotonic() - start, isolation=mode,
+        wall_s=time.monotonic() - start, isolation=box.isolation,
     )
 
 
-def run_python(code: str, stdin: bytes = b"", limits: Limits | None = None) -> RunResult:
+def run_python(code: str, stdin: bytes = b"", limits: Limits | None = None, *,
+               allow_weaker: bool = True) -> RunResult:
     """Run Python source ``code`` as ``__main__`` in the sandbox (isolated mode: no user site,
     no environment variables, no current directory on ``sys.path``)."""
-    return run([python_executable(), "-I", "-c", code], stdin=stdin, limits=limits)
+    return run([python_executable(), "-I", "-c", code], stdin=stdin, limits=limits,
+               allow_weaker=allow_weaker)
 
 
 def _communicate(

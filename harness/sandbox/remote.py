@@ -37,7 +37,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from harness.sandbox import Limits, isolation, kill_tree, python_executable, spawn
+from harness.sandbox import Limits, Sandbox, python_executable, require, spawn
 
 SOURCE = (Path(__file__).parent / "forkserver.py").read_text()
 MAX_FRAME = 16 << 20
@@ -75,32 +75,39 @@ class ForkServer:
     """One long-lived sandbox running :mod:`harness.sandbox.forkserver`. Not thread-safe: use one
     per thread (:class:`ServerPool` hands them out)."""
 
-    def __init__(self, limits: Limits | None = None, tag: str = "") -> None:
+    def __init__(self, limits: Limits | None = None, tag: str = "",
+                 allow_weaker: bool = True) -> None:
         self.tag = tag  # shows in the command line of the server and its forks (ps, tests)
         # The server itself lives long: its own CPU limit is generous; each candidate child
         # gets its own limit from the request.
         self.limits = replace(limits or Limits(), cpu_s=24 * 3600.0, wall_s=24 * 3600.0)
-        self.proc: Any = None
+        self.iso = require(allow_weaker)  # checked (and fixed) once: restarts get the same
+        self.box: Sandbox | None = None
         self.restarts = 0
         self._workdir: str | None = None
         self._started = False
         self.isolation = ""
 
+    @property
+    def proc(self) -> Any:
+        return self.box.proc if self.box is not None else None
+
     def start(self) -> None:
         self._workdir = tempfile.mkdtemp(prefix="rlbench-forkserver-")
         argv = [python_executable(), "-I", "-c", SOURCE]
-        if isolation() == "bwrap":
+        if self.iso.mode == "bwrap":
             argv.append("--pidns")  # alone in its PID namespace: kill(-1) is safe in there
         if self.tag:
             argv.append(f"--tag={self.tag}")
         debug = os.environ.get("RLBENCH_SANDBOX_DEBUG")
-        self.proc, self.isolation = spawn(argv, self.limits, cwd=self._workdir,
-                                          stderr=None if debug else subprocess.DEVNULL)
+        self.box = spawn(argv, self.limits, iso=self.iso, cwd=self._workdir,
+                         stderr=None if debug else subprocess.DEVNULL)
+        self.isolation = self.box.isolation
 
     def close(self) -> None:
-        if self.proc is not None:
-            kill_tree(self.proc)
-            self.proc = None
+        if self.box is not None:
+            self.box.close()
+            self.box = None
         if self._workdir:
             shutil.rmtree(self._workdir, ignore_errors=True)
             self._workdir = None
@@ -403,14 +410,15 @@ def decode(x: Any, session: Session, depth: int = 0) -> Any:
 class ServerPool:
     """A bounded pool of fork servers (one sandbox each), shared by grading threads."""
 
-    def __init__(self, size: int, limits: Limits | None = None, tag: str = "") -> None:
+    def __init__(self, size: int, limits: Limits | None = None, tag: str = "",
+                 allow_weaker: bool = True) -> None:
         self.size = max(1, size)
         self.limits = limits or Limits()
         self._free: queue.SimpleQueue[ForkServer] = queue.SimpleQueue()
         self._all: list[ForkServer] = []
         self._lock = threading.Lock()
         for _ in range(self.size):
-            server = ForkServer(self.limits, tag)
+            server = ForkServer(self.limits, tag, allow_weaker)
             self._all.append(server)
             self._free.put(server)
 

@@ -31,7 +31,7 @@ from harness.registry import register_task
 from harness.task import EvalProtocol, VariantTask
 from harness.types import Example, Score
 from tasks.code import datasets, tiny
-from tasks.code.grading import CodeGrader, GraderConfig, GradeResult
+from tasks.code.grading import CodeGrader, GraderConfig, GradeResult, check_isolation
 
 REWARDS = ("binary", "fraction")
 TEMPLATES = ("text", "chat")
@@ -101,6 +101,7 @@ class CodeTask(VariantTask):
         if config.reward == "fraction":  # every test must run for a fraction
             grader_cfg = GraderConfig(**{**vars(grader_cfg), "stop_on_first_failure": False})
         self._grader_config = grader_cfg
+        check_isolation(grader_cfg.allow_weaker_isolation)  # refuse now, not mid-training
         self._grader: CodeGrader | None = None
         self._lock = threading.Lock()
         self._train: list[Example] | None = None

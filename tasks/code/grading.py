@@ -15,6 +15,10 @@ A problem's ``answer`` (see :mod:`tasks.code.datasets`) is one of two kinds:
 Time: a problem gets ``timeout_base_s + timeout_per_test_s * n_units`` seconds in all (wall),
 each remote call at most ``call_timeout_s``, each process ``cpu_s`` CPU seconds. Grading runs on
 a bounded pool of sandboxes (``workers``; each sandbox runs at nice 10), one thread each.
+
+Isolation: a grader refuses to start where the machine offers less sandbox isolation than
+configured (namespaces, an unprivileged host uid, cgroup group limits: ``docs/sandbox.md``)
+unless ``allow_weaker_isolation`` is true; then it warns once, naming what is not enforced.
 """
 
 from __future__ import annotations
@@ -32,7 +36,8 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
-from harness.sandbox import Limits
+from harness.components import ConfigError
+from harness.sandbox import Limits, SandboxUnavailableError, WeakerIsolationError, require
 from harness.sandbox.remote import (
     ForkServer,
     RemoteError,
@@ -51,11 +56,14 @@ class GraderConfig:
     call_timeout_s: float = 10.0   # one call into the candidate (or one stdio run)
     cpu_s: float = 10.0            # CPU seconds of one candidate process
     memory_mb: int = 512           # address space of every process in a sandbox
-    max_procs: int = 16            # processes in a sandbox (fork bombs stop here)
+    group_memory_mb: int = 1024    # memory of a whole sandbox (cgroup)
+    max_procs: int = 16            # tasks in a sandbox (fork bombs stop here)
     max_output_bytes: int = 1 << 20  # stdout of a stdio run
     stop_on_first_failure: bool = True  # binary reward: skip the rest once a test fails
     cache_size: int = 100_000      # (problem, program) -> result memo; identical samples are
                                    # graded once (programs are deterministic up to timeouts)
+    allow_weaker_isolation: bool = False  # grade even where a sandbox layer is missing (with
+                                          # one warning); false: refuse (docs/sandbox.md)
 
 
 @dataclass
@@ -136,6 +144,18 @@ def outputs_match(got: str, expected: str) -> bool:
     return True
 
 
+def check_isolation(allow_weaker: bool) -> str:
+    """The sandbox's isolation as one line; refuses a machine that offers less than configured
+    (:class:`ConfigError`, so the command line exits 2) unless ``allow_weaker``."""
+    try:
+        return require(allow_weaker).describe()
+    except WeakerIsolationError as exc:
+        raise ConfigError(f"{exc}. Install what is missing (docs/sandbox.md) or set "
+                          "task.grader.allow_weaker_isolation=true to grade anyway") from None
+    except (SandboxUnavailableError, ValueError) as exc:  # RLBENCH_SANDBOX* set wrongly
+        raise ConfigError(str(exc)) from None
+
+
 class CodeGrader:
     """Grades (problem, program) pairs; safe to call from several threads."""
 
@@ -144,8 +164,9 @@ class CodeGrader:
         self.tag = tag
         c = self.config
         self.workers = c.workers or os.cpu_count() or 1
-        self.limits = Limits(memory_mb=c.memory_mb, max_procs=c.max_procs,
-                             max_output_bytes=c.max_output_bytes)
+        self.limits = Limits(memory_mb=c.memory_mb, group_memory_mb=c.group_memory_mb,
+                             max_procs=c.max_procs, max_output_bytes=c.max_output_bytes)
+        check_isolation(c.allow_weaker_isolation)
         self._pool: ServerPool | None = None
         self._lock = threading.Lock()
         self._cache: OrderedDict[str, GradeResult] = OrderedDict()
@@ -156,7 +177,8 @@ class CodeGrader:
     def pool(self) -> ServerPool:
         with self._lock:
             if self._pool is None:
-                self._pool = ServerPool(self.workers, self.limits, self.tag)
+                self._pool = ServerPool(self.workers, self.limits, self.tag,
+                                        self.config.allow_weaker_isolation)
             return self._pool
 
     def close(self) -> None:
