@@ -126,6 +126,7 @@ class MegatronEngine:
     fp32 on CPU with ``backend.device=cpu``)."""
 
     requires_cuda = True
+    cpu_mode = True  # backend.device=cpu runs megatron-core on CPU (fp32; tests, dry runs)
 
     def __init__(self, model_path: str, backend_cfg: Any, seed: int, optim_cfg: Any | None = None,
                  total_steps: int = 1, need_reference: bool = False,
