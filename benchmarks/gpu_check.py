@@ -7,7 +7,7 @@ Python 3.12 image with torch 2.11 and transformers 5.17, no vLLM, no package reg
 process-wide state) under one time budget (``GPU_CHECK_BUDGET_S``, default 540 s), and writes
 ``DIR/summary.json`` and ``DIR/gpu_check.log``:
 
-* ``env``: device, versions, which optional packages import.
+* ``env``: device, versions, which optional packages import, the measured bf16 matmul rate.
 * ``gpu_tests``: ``pytest -m gpu tests/test_gpu_engines.py``.
 * ``build``: a random checkpoint of Qwen3-0.6B's shape (28 layers, hidden 1024, 16/8 heads,
   full 151936 vocabulary, tied embeddings; rlbench's character tokenizer, nothing downloaded).
@@ -41,6 +41,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from gpu_check_image import loaded_distributions, not_on_image
 
 REPO = Path(__file__).resolve().parents[1]
 if str(REPO) not in sys.path:  # run as a script: the repo, not benchmarks/, is the import root
@@ -64,32 +65,6 @@ GAP = (dict(sequences=4, prompt_tail=32, sft_steps=20, lr=3e-2, micro=4, entropy
 PHASES = [("env", 60), ("gpu_tests", 150), ("build", 90), ("hf_grpo", 150),
           ("megatron_grpo", 180), ("logprob_gap", 150), ("vllm", 240)]
 DEPENDS = {"hf_grpo": "build", "megatron_grpo": "build", "logprob_gap": "build", "vllm": "build"}
-# the machine's image, as read on 2026-11-17 (.library/device/KINDS.md), and what is carried
-_IMAGE_NAMES = """absl-py accelerate aiofiles aiohappyeyeballs aiohttp aiosignal annotated-doc anyio
-attrs botorch build certifi charset-normalizer chex click cloudpickle cmake colorama contourpy
-coverage cuda-bindings cuda-core cuda-pathfinder cuda-toolkit cupy-cuda13x cycler cython diffrax
-e3nn einops equinox etils execnet filelock flatbuffers flax fonttools formulaic frozenlist fsspec
-gpytorch grpcio h11 h5py hf-xet httpcore httpx huggingface-hub humanize hypothesis idna imageio
-iniconfig interface-meta jax jax-cuda13-pjrt jax-cuda13-plugin jaxlib jaxtyping jinja2 joblib
-kiwisolver lazy-loader lightning lightning-utilities linear-operator lineax llvmlite lxml markdown
-markdown-it-py markupsafe matplotlib mdurl meson ml-dtypes mpi4py mpmath msgpack multidict
-multipledispatch mypy-extensions nanobind narwhals networkx ninja numba numba-cuda numpy numpyro
-nvidia-cublas nvidia-cuda-cupti nvidia-cuda-nvrtc nvidia-cuda-runtime nvidia-cudnn-cu13
-nvidia-cufft nvidia-cufile nvidia-curand nvidia-cusolver nvidia-cusparse nvidia-cusparselt-cu13
-nvidia-ml-py nvidia-nccl-cu13 nvidia-nvjitlink nvidia-nvshmem-cu13 nvidia-nvtx onnx onnx-ir
-onnxruntime onnxscript opencv-python-headless optax opt-einsum opt-einsum-fx optimistix
-orbax-checkpoint packaging pandas pathspec patsy peft pillow pip pluggy portalocker
-prometheus-client propcache protobuf psutil pyarrow pybind11 py-cpuinfo pygments pyparsing
-pyproject-hooks pyre-extensions pytest pytest-benchmark pytest-cov pytest-mock pytest-timeout
-pytest-xdist python-dateutil pytorch-lightning pyyaml regex requests rich sacrebleu safetensors
-scikit-build-core scikit-image scikit-learn scipy seaborn sentencepiece sentence-transformers
-setuptools shellingham simplejson six sortedcontainers statsmodels sympy tabulate tensorboard
-tensorboard-data-server tensorstore threadpoolctl tifffile tiktoken timm tokenizers toolz torch
-torchaudio torchdiffeq torch-geometric torchmetrics torchvision tqdm transformers treescope triton
-typer typing-extensions typing-inspect urllib3 uvloop wadler-lindig werkzeug wheel wrapt xarray
-xxhash yarl zipp"""
-IMAGE = set(_IMAGE_NAMES.split())
-CARRIED = {"megatron-core", "omegaconf", "hydra-core", "antlr4-python3-runtime"}
 VLLM_MISSING = ("vllm is not importable here: its 0.32.0 wheel is 326 MB and pins torch 2.13, "
                 "while this image has torch 2.11 and takes at most 64 MiB of wheels per call")
 
@@ -101,56 +76,6 @@ def device() -> str:
 def sync() -> None:
     if torch.cuda.is_available():
         torch.cuda.synchronize()
-
-
-def norm_name(name: str) -> str:
-    import re
-
-    return re.sub(r"[-_.]+", "-", name).lower()
-
-
-def loaded_distributions() -> list[str]:
-    """The distributions this process imported modules from (the repo itself is none)."""
-    import importlib.metadata as md
-
-    owners = md.packages_distributions()
-    found: set[str] = set()
-    for name, module in list(sys.modules.items()):
-        candidates = owners.get(name.partition(".")[0], [])
-        if len(candidates) == 1:
-            found.add(candidates[0])
-            continue
-        path = getattr(module, "__file__", None)
-        for dist in candidates if path else []:  # a namespace shared by several: by file
-            files = md.distribution(dist).files or []
-            if any(str(f.locate()) == path for f in files):
-                found.add(dist)
-    return sorted({norm_name(d) for d in found} - {"rlbench"})
-
-
-def not_on_image(loaded: list[str]) -> list[str]:
-    """Loaded distributions the machine would lack: neither on its image, nor carried, nor
-    required (transitively, extras included) by one that is -- a requirement of an image
-    package is the image's business (this machine's huggingface-hub may need other packages
-    than the image's does). Hydra imports every launcher plugin that is installed while it
-    scans for plugins; absent, it finds none, so those do not count."""
-    import importlib.metadata as md
-
-    from packaging.requirements import Requirement
-
-    def requires(dist: str) -> set[str]:
-        try:
-            return {norm_name(Requirement(r).name) for r in md.requires(dist) or []}
-        except md.PackageNotFoundError:
-            return set()
-
-    present = set(loaded)
-    ok = present & (IMAGE | CARRIED | {"hydra-joblib-launcher", "hydra-submitit-launcher"})
-    frontier = set(ok)
-    while frontier:
-        frontier = {d for owner in frontier for d in requires(owner) & present} - ok
-        ok |= frontier
-    return sorted(present - ok)
 
 
 def register_components() -> None:
@@ -199,7 +124,27 @@ def phase_env(work: Path) -> dict[str, Any]:
         out[mod] = importlib.util.find_spec(mod.split(".")[0]) is not None
     if torch.cuda.is_available():
         out["gpu_memory_gb"] = torch.cuda.get_device_properties(0).total_memory / 2**30
+        out["bf16_matmul_tflops"] = matmul_tflops()
     return out
+
+
+def matmul_tflops(n: int = 8192, reps: int = 10) -> float:
+    """This GPU's dense bf16 rate: n^3 matmuls of random data, ``reps`` timed after three
+    warm-ups (how the 790 TF/s that MFU is quoted against was measured)."""
+    a = torch.randn(n, n, device="cuda", dtype=torch.bfloat16)
+    b = torch.randn(n, n, device="cuda", dtype=torch.bfloat16)
+    for _ in range(3):
+        a @ b
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    for _ in range(reps):
+        a @ b
+    end.record()
+    end.synchronize()
+    tflops = 2 * n**3 * reps / (start.elapsed_time(end) / 1e3) / 1e12
+    del a, b
+    torch.cuda.empty_cache()
+    return tflops
 
 
 def phase_build(work: Path) -> dict[str, Any]:
@@ -261,6 +206,7 @@ def grpo_steps(backend: str, work: Path) -> dict[str, Any]:
         steps.append(m)
         print(f"[gpu_check {backend}] step {step}: gen {m.get('time/gen', 0):.2f}s update "
               f"{m.get('time/update', 0):.2f}s sync {m.get('time/sync', 0):.2f}s", flush=True)
+    push = push_check(tr) if tr.separate_engines else None
     timed = steps[1:]  # the first step compiles kernels and warms the allocator
     n_matmul = count_parameters(model)["matmul"]
     gen_s = sum(m["time/gen"] for m in timed)
@@ -276,11 +222,34 @@ def grpo_steps(backend: str, work: Path) -> dict[str, Any]:
         "step_s": sum(m["time/step"] for m in timed) / len(timed),
         "mfu": 6.0 * n_matmul * tokens / update_s / (PEAK_TFLOPS * 1e12),
         "peak_tflops": PEAK_TFLOPS, "n_matmul": n_matmul,
-        "grad_norm": [m.get("actor/grad_norm") for m in steps],
+        "grad_norm": [m.get("actor/grad_norm") for m in steps], "push_check": push,
         "logprob_abs_diff_mean": [m.get("rollout_corr/logprob_abs_diff_mean") for m in steps],
         "peak_gpu_mem_gb": (torch.cuda.max_memory_allocated() / 2**30
                             if torch.cuda.is_available() else 0.0),
     }
+
+
+@torch.no_grad()
+def push_check(tr: Any) -> dict[str, float]:
+    """Does the sampling engine get the train engine's weights? (Random-model GRPO steps may
+    have all-zero advantages, so the steps above need not move the weights.) One supervised
+    step, then the trainer's push: the sampler's weights must move, and equal the export."""
+    sampler, engine = tr.rollout_engine, tr.engine
+    before = {k: v.detach().float().clone() for k, v in sampler.model.named_parameters()}
+    batch = next(gap_batches(engine.pad_token_id)[0].split(GRPO["micro"]))
+    mask = batch["response_mask"].to(engine.device)
+    with torch.enable_grad():
+        engine.train_mode(True)
+        logp, _ = engine.forward(batch, 1.0, with_entropy=False)
+        engine.backward(-(logp * mask).sum() / mask.sum())
+        engine.optimizer_step()
+        engine.train_mode(False)
+    sampler.update_weights(engine)
+    exported = dict(engine.export_hf_weights())
+    own = dict(sampler.model.named_parameters())
+    return {"moved": max(float((own[k].float() - before[k]).abs().max()) for k in own),
+            "vs_export": max(float((own[k].float() - v.float().to(own[k].device)).abs().max())
+                             for k, v in exported.items())}
 
 
 def gap_batches(pad_id: int) -> tuple[Any, Any]:
@@ -465,11 +434,14 @@ def cmd_run(out: Path, work: Path) -> int:
 def figures(phases: dict[str, Any]) -> dict[str, Any]:
     """The headline numbers, pulled out of the phase results."""
     out: dict[str, Any] = {}
+    measured = phases.get("env", {}).get("result", {}).get("bf16_matmul_tflops")
     for name in ("hf_grpo", "megatron_grpo"):
         r = phases.get(name, {}).get("result")
         if r:
             out[name] = {k: r[k] for k in ("rollout_tokens_per_s", "trained_tokens_per_s",
                                            "mfu", "step_s", "sync_s_per_step")}
+            if measured:  # the same FLOPs against the rate measured in this run
+                out[name]["mfu_vs_measured"] = r["mfu"] * PEAK_TFLOPS / measured
     gap = phases.get("logprob_gap", {}).get("result")
     if gap:
         out["logprob_gap"] = {k: v for k, v in gap.items() if "/" in k or "entropy_mean" in k}
@@ -491,7 +463,6 @@ def main() -> int:
     args = parser.parse_args()
     if args.cmd == "run":
         return cmd_run(args.out, args.work)
-    os.environ.setdefault("OMP_NUM_THREADS", "1" if SMOKE else "8")
     result = PHASE_FNS[args.name](args.work)
     result["distributions"] = loaded_distributions()
     result["not_on_image"] = not_on_image(result["distributions"])

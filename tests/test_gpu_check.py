@@ -54,6 +54,8 @@ def test_smoke_grpo_phases_report_throughput_mfu_and_weight_pushes(smoke) -> Non
         assert figures[name]["trained_tokens_per_s"] > 0
         assert 0 < figures[name]["mfu"] < 1
     assert figures["megatron_grpo"]["sync_s_per_step"] > 0  # Megatron pushed its weights
+    push = summary["phases"]["megatron_grpo"]["result"]["push_check"]
+    assert push["moved"] > 0 and push["vs_export"] == 0  # ... and the sampler got them
     assert figures["hf_grpo"]["sync_s_per_step"] == 0  # one shared model: nothing to push
     meg = summary["phases"]["megatron_grpo"]["result"]
     assert meg["steps_timed"] == gpu_check.GRPO_SIZES["smoke"]["steps"] - 1  # 1st: warm-up
