@@ -187,22 +187,27 @@ def grpo_steps(backend: str, work: Path) -> dict[str, Any]:
     tr = Trainer(compose_config(grpo_overrides(backend, model, work / f"run_{backend}")))
     tr._t_start = time.perf_counter()
     tr.setup()
-    trained = {"tokens": 0.0}
+    trained = {"tokens": 0.0, "attention_flops": 0.0}
     forward = tr.engine.forward
+    # causal attention, forward + backward: 3 x (QK^T + AV) = 6 L d_attn l^2 per row of l tokens
+    attn_per_l2 = 6.0 * MODEL["num_layers"] * MODEL["num_heads"] * MODEL["head_dim"]
 
     def counting_forward(mb: Any, *args: Any, **kwargs: Any) -> Any:  # forward + backward
         if torch.is_grad_enabled():
-            trained["tokens"] += float(mb["attention_mask"].sum())
+            lengths = mb["attention_mask"].sum(-1).double()
+            trained["tokens"] += float(lengths.sum())
+            trained["attention_flops"] += attn_per_l2 * float((lengths**2).sum())
         return forward(mb, *args, **kwargs)
 
     tr.engine.forward = counting_forward
     steps = []
     for step in range(GRPO["steps"]):
-        before = trained["tokens"]
+        before = dict(trained)
         sync()
         m = tr.train_step()
         sync()
-        m["trained_tokens"] = trained["tokens"] - before
+        m["trained_tokens"] = trained["tokens"] - before["tokens"]
+        m["attention_flops"] = trained["attention_flops"] - before["attention_flops"]
         steps.append(m)
         print(f"[gpu_check {backend}] step {step}: gen {m.get('time/gen', 0):.2f}s update "
               f"{m.get('time/update', 0):.2f}s sync {m.get('time/sync', 0):.2f}s", flush=True)
@@ -212,6 +217,8 @@ def grpo_steps(backend: str, work: Path) -> dict[str, Any]:
     gen_s = sum(m["time/gen"] for m in timed)
     update_s = sum(m["time/update"] for m in timed)
     tokens = sum(m["trained_tokens"] for m in timed)
+    dense = 6.0 * n_matmul * tokens
+    attention = sum(m["attention_flops"] for m in timed)
     return {
         "backend": backend, "steps_timed": len(timed),
         "rollout_tokens_per_s": sum(m["rollout/tokens"] for m in timed) / gen_s,
@@ -220,7 +227,9 @@ def grpo_steps(backend: str, work: Path) -> dict[str, Any]:
         "old_logprob_s_per_step": sum(m.get("time/old_logprob", 0.0) for m in timed) / len(timed),
         "sync_s_per_step": sum(m.get("time/sync", 0.0) for m in timed) / len(timed),
         "step_s": sum(m["time/step"] for m in timed) / len(timed),
-        "mfu": 6.0 * n_matmul * tokens / update_s / (PEAK_TFLOPS * 1e12),
+        "mfu": dense / update_s / (PEAK_TFLOPS * 1e12),
+        "mfu_with_attention": (dense + attention) / update_s / (PEAK_TFLOPS * 1e12),
+        "attention_flops_share": attention / (dense + attention),
         "peak_tflops": PEAK_TFLOPS, "n_matmul": n_matmul,
         "grad_norm": [m.get("actor/grad_norm") for m in steps], "push_check": push,
         "logprob_abs_diff_mean": [m.get("rollout_corr/logprob_abs_diff_mean") for m in steps],
@@ -439,7 +448,8 @@ def figures(phases: dict[str, Any]) -> dict[str, Any]:
         r = phases.get(name, {}).get("result")
         if r:
             out[name] = {k: r[k] for k in ("rollout_tokens_per_s", "trained_tokens_per_s",
-                                           "mfu", "step_s", "sync_s_per_step")}
+                                           "mfu", "mfu_with_attention", "step_s",
+                                           "sync_s_per_step")}
             if measured:  # the same FLOPs against the rate measured in this run
                 out[name]["mfu_vs_measured"] = r["mfu"] * PEAK_TFLOPS / measured
     gap = phases.get("logprob_gap", {}).get("result")
