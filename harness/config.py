@@ -225,10 +225,12 @@ def validate_config(cfg: DictConfig) -> None:
         name = OmegaConf.select(cfg, key)
         if name not in registry:
             raise ConfigError(f"{key}: {registry._unknown_message(name)}")
-        if registry is BACKENDS and getattr(BACKENDS.get(name), "requires_cuda", False):
+        engine = BACKENDS.get(name) if registry is BACKENDS else None
+        if getattr(engine, "requires_cuda", False):
             import torch
 
-            if not torch.cuda.is_available():
+            cpu_mode = cfg.backend.device == "cpu" and getattr(engine, "cpu_mode", False)
+            if not torch.cuda.is_available() and not cpu_mode:
                 raise ConfigError(f"{key}={name!r} needs a CUDA GPU and none is visible; "
                                   "on this machine use backend=hf")
     for key in ("trainer.steps", "data.prompts_per_step", "rollout.n", "trainer.epochs"):

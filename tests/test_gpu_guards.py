@@ -1,6 +1,7 @@
 """Import guards and refusals of the GPU backends on a machine without CUDA: importing the
 harness (and even looking the GPU engines up) imports neither vLLM nor megatron-core, and
-choosing them fails at config validation with a message that says to use backend=hf."""
+choosing them fails at config validation with a message that says to use backend=hf -- except
+Megatron training in its CPU mode (``backend.device=cpu``)."""
 
 from __future__ import annotations
 
@@ -35,6 +36,16 @@ def test_gpu_backends_without_cuda_fail_naming_backend_hf(backend: str) -> None:
     cfg = compose_config([f"backend={backend}"])
     with pytest.raises(ConfigError, match="use backend=hf"):
         validate_config(cfg)
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the no-GPU refusal")
+def test_megatron_training_passes_validation_in_its_cpu_mode_and_vllm_does_not() -> None:
+    cpu = ["backend=vllm_megatron", "backend.device=cpu", "backend.dtype=float32"]
+    validate_config(compose_config([*cpu, "backend.rollout=hf"]))  # megatron's CPU mode
+    with pytest.raises(ConfigError, match=r"backend.rollout='vllm' needs a CUDA GPU"):
+        validate_config(compose_config(cpu))  # vLLM has no CPU mode
+    with pytest.raises(ConfigError, match=r"backend.train='megatron' needs a CUDA GPU"):
+        validate_config(compose_config(["backend=vllm_megatron", "backend.rollout=hf"]))
 
 
 def test_rollout_correction_settings_are_validated() -> None:

@@ -1,6 +1,7 @@
 """CPU-checkable pieces of the megatron train engine: the attention mask it builds for a
-left-padded RL batch, and the CUDA guard (no GPU: a clear error naming backend=hf, raised
-before megatron-core is imported)."""
+left-padded RL batch, and the CUDA guard (no GPU and no ``backend.device=cpu``: a clear error
+naming backend=hf and the CPU mode, raised before megatron-core is imported). The engine itself
+runs on CPU in tests/test_megatron_cpu.py."""
 
 from __future__ import annotations
 
@@ -27,9 +28,11 @@ def test_mask_is_causal_and_hides_left_padding() -> None:
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the no-GPU error")
-def test_choosing_megatron_without_cuda_says_use_backend_hf() -> None:
+def test_choosing_megatron_without_cuda_says_use_backend_hf_or_the_cpu_mode() -> None:
     from harness.backends.megatron_engine import MegatronEngine
+    from harness.cli import compose_config
 
-    with pytest.raises(RuntimeError, match="backend=hf"):
-        MegatronEngine("unused", backend_cfg=None, seed=0)
+    backend = compose_config(["backend=vllm_megatron"]).backend  # device: cuda
+    with pytest.raises(RuntimeError, match=r"backend=hf.*backend.device=cpu"):
+        MegatronEngine("unused", backend_cfg=backend, seed=0)
     assert "vllm" not in sys.modules

@@ -280,9 +280,15 @@ class HFEngine:
 
     # -- training -------------------------------------------------------------------------------
     def _build_optimizer(self, cfg: Any, total_steps: int) -> None:
+        # bf16/fp16 weights: AdamW steps fp32 master copies (as megatron's optimizer does), and
+        # the model gets them rounded after each step; stepped in bf16 directly, an update
+        # below half a bf16 ulp of its weight (lr 1e-4 against weights ~0.02) rounds away
+        self.masters: list[torch.Tensor] | None = None
+        if any(p.dtype != torch.float32 for p in self.model.parameters()):
+            self.masters = [p.detach().float().clone() for p in self.model.parameters()]
         self.optimizer = torch.optim.AdamW(
-            self.model.parameters(), lr=cfg.lr, betas=tuple(cfg.betas), eps=cfg.eps,
-            weight_decay=cfg.weight_decay,
+            self.masters or self.model.parameters(), lr=cfg.lr, betas=tuple(cfg.betas),
+            eps=cfg.eps, weight_decay=cfg.weight_decay,
         )
         warmup, schedule = cfg.warmup_steps, cfg.schedule
 
@@ -338,9 +344,19 @@ class HFEngine:
         for p in self.model.parameters():  # a step with nothing trained is a zero-gradient step
             if p.grad is None and p.requires_grad:
                 p.grad = torch.zeros_like(p)
-        grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.grad_clip)
+        params = list(self.model.parameters())
+        if self.masters is not None:  # the gradients move to the fp32 masters
+            for p, m in zip(params, self.masters):
+                m.grad = None if p.grad is None else p.grad.float()
+            self.model.zero_grad(set_to_none=True)
+        stepped = self.masters or params
+        grad_norm = torch.nn.utils.clip_grad_norm_(stepped, self.grad_clip)
         if torch.isfinite(grad_norm):
             self.optimizer.step()
+            if self.masters is not None:
+                with torch.no_grad():
+                    for p, m in zip(params, self.masters):
+                        p.copy_(m)
         self.optimizer.zero_grad(set_to_none=True)
         self.scheduler.step()
         return float(grad_norm)
@@ -366,6 +382,8 @@ class HFEngine:
         if self.optimizer is not None:
             state["optimizer"] = self.optimizer.state_dict()
             state["scheduler"] = self.scheduler.state_dict()
+            if self.masters is not None:
+                state["masters"] = self.masters
         torch.save(state, path / "engine_state.pt")
 
     def load(self, path: str | Path) -> None:
@@ -377,3 +395,8 @@ class HFEngine:
         if self.optimizer is not None and "optimizer" in state:
             self.optimizer.load_state_dict(state["optimizer"])
             self.scheduler.load_state_dict(state["scheduler"])
+        if self.optimizer is not None and self.masters is not None:  # fp32, not the bf16 copy
+            saved = state.get("masters") or [p.detach().float() for p in self.model.parameters()]
+            with torch.no_grad():
+                for m, value in zip(self.masters, saved):
+                    m.copy_(value)

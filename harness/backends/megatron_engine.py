@@ -18,6 +18,9 @@ through :meth:`MegatronEngine.export_hf_weights` after each update.
   bonus (gradient through the entropy) is supported at TP = 1 only.
 * Checkpoints: megatron ``dist_checkpointing`` (model + optimizer, reshardable), plus the
   weights in HF format on rank 0 so ``rlbench eval checkpoint=...`` loads them with ``hf``.
+* ``backend.device=cpu``: megatron-core's CPU mode (:func:`harness.backends.distributed.
+  enable_megatron_cpu`; gloo, fp32, the non-distributed optimizer), for tests and dry runs.
+  On CPU it matches the transformers engine to ~1e-6 in log-probs, entropy and one AdamW step.
 """
 
 from __future__ import annotations
@@ -38,7 +41,12 @@ from harness.backends.convert import (
     split_tp,
     tp_kind,
 )
-from harness.backends.distributed import ensure_distributed, rank, require_cuda
+from harness.backends.distributed import (
+    enable_megatron_cpu,
+    ensure_distributed,
+    rank,
+    require_cuda,
+)
 from harness.batch import RolloutBatch
 
 MASKED_LOGIT = -1.0e30  # logit of padded vocabulary ids: exp() underflows to exactly 0
@@ -88,15 +96,42 @@ def causal_padding_mask(attention_mask: torch.Tensor) -> torch.Tensor:
     return ~allowed[:, None]
 
 
+def check_device(backend_cfg: Any) -> bool:
+    """True for megatron's CPU mode (``backend.device=cpu``), after refusing what it cannot do;
+    otherwise require a GPU. Runs before megatron-core is imported."""
+    from harness.components import ConfigError
+
+    if str(getattr(backend_cfg, "device", "cuda")) != "cpu":
+        try:
+            require_cuda("megatron")
+        except RuntimeError as exc:
+            raise RuntimeError(f"{exc}; or backend.device=cpu backend.dtype=float32 "
+                               "backend.megatron.use_distributed_optimizer=false (megatron's "
+                               "CPU mode, for tests)") from None
+        return False
+    if backend_cfg.dtype != "float32":
+        raise ConfigError(f"backend.dtype={backend_cfg.dtype} with backend.device=cpu: "
+                          "megatron-core's bf16/fp16 (Float16Module) needs CUDA; use "
+                          "backend.dtype=float32")
+    if backend_cfg.megatron.use_distributed_optimizer:
+        raise ConfigError("backend.megatron.use_distributed_optimizer=true with "
+                          "backend.device=cpu: megatron-core's distributed optimizer needs CUDA; "
+                          "set it to false")
+    enable_megatron_cpu()
+    return True
+
+
 class MegatronEngine:
-    """``TrainEngine`` over megatron-core (tensor + data parallel, bf16, distributed optimizer)."""
+    """``TrainEngine`` over megatron-core (tensor + data parallel, bf16, distributed optimizer;
+    fp32 on CPU with ``backend.device=cpu``)."""
 
     requires_cuda = True
+    cpu_mode = True  # backend.device=cpu runs megatron-core on CPU (fp32; tests, dry runs)
 
     def __init__(self, model_path: str, backend_cfg: Any, seed: int, optim_cfg: Any | None = None,
                  total_steps: int = 1, need_reference: bool = False,
                  attn_implementation: str | None = None) -> None:
-        require_cuda("megatron")
+        self.on_cpu = check_device(backend_cfg)
         from megatron.core import parallel_state as ps
         from megatron.core import tensor_parallel
         from transformers import AutoConfig
@@ -108,15 +143,18 @@ class MegatronEngine:
             raise NotImplementedError(
                 "backend.megatron.pipeline_parallel_size > 1: the trainer drives one micro-batch "
                 "at a time (megatron's no-pipelining schedule); use tensor + data parallel")
-        ensure_distributed()
+        ensure_distributed("cpu" if self.on_cpu else "cuda")
         if not ps.model_parallel_is_initialized():
             ps.initialize_model_parallel(tensor_model_parallel_size=mcfg.tensor_parallel_size,
                                          pipeline_model_parallel_size=1)
-        tensor_parallel.model_parallel_cuda_manual_seed(seed)
+        if self.on_cpu:
+            self.device = torch.device("cpu")
+        else:
+            tensor_parallel.model_parallel_cuda_manual_seed(seed)
+            self.device = torch.device("cuda", torch.cuda.current_device())
         self.tp = ps.get_tensor_model_parallel_world_size()
         self.tp_rank = ps.get_tensor_model_parallel_rank()
         self.tp_group = ps.get_tensor_model_parallel_group()
-        self.device = torch.device("cuda", torch.cuda.current_device())
         self.dtype = getattr(torch, backend_cfg.dtype)
         self.model_path, self.mcfg = model_path, mcfg
         self.hf_config = AutoConfig.from_pretrained(model_path)
@@ -125,14 +163,17 @@ class MegatronEngine:
         self.pad_token_id = (self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None
                              else self.tokenizer.eos_token_id)
         # self.gpt: the GPTModel (names, weights in and out); self.module: what runs, wrapped in
-        # megatron's Float16Module under bf16/fp16 (casts inputs in and logits out)
-        self.gpt, self.module = self._build_module()
-        self._load_hf(self.gpt)
-        self.ref_model = None
-        if need_reference:
-            ref_gpt, self.ref_model = self._build_module()
-            ref_gpt.load_state_dict(self.gpt.state_dict())
-            self.ref_model.eval().requires_grad_(False)
+        # megatron's Float16Module under bf16/fp16 (casts inputs in and logits out). On CPU the
+        # random init draws from the CPU generator: fork it, so that building the engine leaves
+        # the trainer's random streams where they were (as on a GPU)
+        with torch.random.fork_rng(devices=[]):
+            self.gpt, self.module = self._build_module()
+            self._load_hf(self.gpt)
+            self.ref_model = None
+            if need_reference:
+                ref_gpt, self.ref_model = self._build_module()
+                ref_gpt.load_state_dict(self.gpt.state_dict())
+                self.ref_model.eval().requires_grad_(False)
         self.model = self.module
         self.optimizer = None
         self.opt_steps = 0
@@ -149,7 +190,7 @@ class MegatronEngine:
         config = mc.build_transformer_config(
             self.hf_config, tp=self.tp, dtype=self.dtype,
             sequence_parallel=self.mcfg.sequence_parallel,
-            recompute_granularity=self.mcfg.recompute_granularity)
+            recompute_granularity=self.mcfg.recompute_granularity, cpu_init=self.on_cpu)
         kwargs = mc.gpt_model_kwargs(self.hf_config, tp=self.tp)
         self.vocab_padded = kwargs["vocab_size"]
         model = GPTModel(config=config,
@@ -194,6 +235,8 @@ class MegatronEngine:
             params_dtype=self.dtype if half else torch.float32,
             use_distributed_optimizer=distributed)
         self.optimizer = get_megatron_optimizer(opt_config, [self.model])
+        if self.on_cpu:
+            enable_megatron_cpu()  # modules the optimizer imported lazily get the CPU view too
         self.base_lr, self.warmup, self.schedule = cfg.lr, cfg.warmup_steps, cfg.schedule
         self.total_steps = total_steps
         self._set_lr()

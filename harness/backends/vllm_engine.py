@@ -138,24 +138,52 @@ def hf_weights(train_engine: Any) -> Iterable[tuple[str, torch.Tensor]]:
     return ((name, p.detach()) for name, p in train_engine.model.named_parameters())
 
 
-def vllm_prompt(prompt: list[int]) -> dict[str, Any]:
-    """vLLM's prompt dict: token ids, plus ``multi_modal_data={"image": [...]}`` when the prompt
-    carries images (a ``MultimodalPrompt``; its ids already hold the expanded image
-    placeholders, which vLLM's processor recognises). Untested on a GPU so far."""
-    out: dict[str, Any] = {"prompt_token_ids": list(prompt)}
-    images = getattr(prompt, "images", None)
-    if images:
-        out["multi_modal_data"] = {"image": list(images)}
+def collapse_runs(ids: list[int], placeholder_ids: Iterable[int]) -> list[int]:
+    """``ids`` with every run of one placeholder id shrunk to a single id."""
+    keep = set(placeholder_ids)
+    out: list[int] = []
+    for tok in ids:
+        if not (tok in keep and out and out[-1] == tok):
+            out.append(tok)
     return out
 
 
-def _is_vision_model(model_path: str) -> bool:
+def vllm_prompt(prompt: list[int], placeholder_ids: Iterable[int] = ()) -> dict[str, Any]:
+    """vLLM's prompt dict: token ids, plus ``multi_modal_data={"image": [...]}`` when the prompt
+    carries images (a ``MultimodalPrompt``).
+
+    The trainer's ids hold each image's placeholder already expanded by the HF processor (N
+    ``<|image_pad|>`` for an image of N merged patches). vLLM 0.32 applies its own prompt update
+    to token prompts too: for each image, in order, it replaces the next single pad with N pads.
+    Sent as they are, the expanded ids would become 2N - 1 pads for one image (and garbage for
+    several), so vLLM would sample from another context than the one trained on. Each run of a
+    placeholder id (``placeholder_ids``: the model's image and video pad ids) is therefore
+    collapsed to one pad first, as verl does for Qwen2-VL / Qwen2.5-VL; vLLM's update restores
+    exactly the trainer's ids."""
+    ids = list(prompt)
+    images = getattr(prompt, "images", None)
+    if not images:
+        return {"prompt_token_ids": ids}
+    placeholder_ids = set(placeholder_ids)
+    if placeholder_ids:
+        ids = collapse_runs(ids, placeholder_ids)
+        runs = sum(1 for tok in ids if tok in placeholder_ids)
+        if runs != len(images):
+            raise ValueError(f"a prompt with {len(images)} image(s) holds {runs} run(s) of "
+                             f"image placeholder ids {sorted(placeholder_ids)}; vLLM needs one "
+                             "per image (encode it with the model's processor)")
+    return {"prompt_token_ids": ids, "multi_modal_data": {"image": list(images)}}
+
+
+def _vision_config(model_path: str) -> Any | None:
+    """The HF config of a model with a vision tower, else None."""
     try:
         from transformers import AutoConfig
 
-        return getattr(AutoConfig.from_pretrained(model_path), "vision_config", None) is not None
+        config = AutoConfig.from_pretrained(model_path)
     except (OSError, ValueError):
-        return False
+        return None
+    return config if getattr(config, "vision_config", None) is not None else None
 
 
 def _make_llm(**kwargs: Any) -> Any:
@@ -201,8 +229,13 @@ class VLLMEngine:
         kwargs = llm_kwargs(model_path, vcfg, seed + self.dp_rank, backend_cfg.dtype,
                             vcfg.max_model_len)
         self.model_path, self._mm = model_path, None
-        if _is_vision_model(model_path):  # vLLM's own processor turns images into embeddings
+        self.placeholder_ids: list[int] = []  # image / video pad ids, collapsed for vLLM
+        vision = _vision_config(model_path)
+        if vision is not None:  # vLLM's own processor turns images into embeddings
             kwargs["skip_tokenizer_init"] = False
+            self.placeholder_ids = [i for i in (getattr(vision, "image_token_id", None),
+                                                getattr(vision, "video_token_id", None))
+                                    if i is not None]
         self.llm = (llm_factory or _make_llm)(**kwargs)
         self.sleep_level = vcfg.sleep_level
         self.asleep = False
@@ -241,7 +274,7 @@ class VLLMEngine:
         stops = self.eos_token_ids + self.tool_stop_ids
         per_prompt = [self._sampling(**sampling_kwargs(params, base + i * params.n, stops))
                       for i in range(len(prompts))]
-        outputs = self.llm.generate([vllm_prompt(p) for p in prompts],
+        outputs = self.llm.generate([vllm_prompt(p, self.placeholder_ids) for p in prompts],
                                     sampling_params=per_prompt, use_tqdm=False)
         trajs = parse_outputs(outputs, prompts, params.n)
         for i, traj in enumerate(trajs):  # the train engine's forward reuses these pixels
