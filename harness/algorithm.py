@@ -244,7 +244,10 @@ class Algorithm:
         advantage on every token contributes exactly nothing when the policy loss says so and
         no KL or entropy term touches it; the trainer then skips its forward/backward (most
         GRPO groups on an easy or hopeless prompt are constant). The aggregator still counts
-        the skipped samples, so the update is unchanged."""
+        the skipped samples, so the update is unchanged. A loss that computes a statistic across
+        rows must not see it change with the skip: it computes it in :meth:`prepare_minibatch`
+        on the whole mini-batch (LPO's coefficients), or declares ``zero_advantage_zero_gradient``
+        false so no row is dropped (AEPO's micro-batch entropy z-score)."""
         mask = batch["response_mask"]
         has_tokens = mask.sum(-1) > 0
         skippable = (
