@@ -16,9 +16,14 @@ AEPO keeps ARPO's branching rollout and balances entropy in four places, each sw
 2. **Consecutive-branch penalty** (``fork_rule: aepo``): fork iff
    clip((u + βΔH)·max(0, 1 − λ_pen·l), 0, 1) ≥ τ, l = the prompt's branches so far.
 3. **Entropy-aware advantage** (``loss.entropy_advantage``): per token
-   Ã_t = Ã^Acc (1 + a Ã^ΔH_t), Ã^ΔH_t = (H_t − mean H)/std H over the micro-batch's valid
-   response tokens (std 0 → 1), H_t the current policy's entropy (detached), a = 0.2. Without
-   a clamp the sign flips when Ã^ΔH_t < −1/a (the code has none; ``clamp_sign`` adds one).
+   Ã_t = Ã^Acc (1 + a Ã^ΔH_t), Ã^ΔH_t = (H_t − mean H)/std H over *all* valid response tokens
+   of the micro-batch, std the unbiased one (std 0, or a single token → 1), H_t the current
+   policy's entropy (detached), a = 0.2. Without a clamp the sign flips when Ã^ΔH_t < −1/a (the
+   code has none; ``clamp_sign`` adds one). The z-score couples the rows of a micro-batch: a row
+   with Ã^Acc = 0 has no gradient of its own but its tokens enter mean H and std H, so the loss
+   declares zero-advantage rows not skippable (``zero_advantage_zero_gradient`` is false while
+   the entropy advantage is on) and ``trainer.skip_zero_gradient`` keeps them; the micro-batches
+   are then the source's, and the advantage of a row never depends on the skip.
 4. **Entropy-balanced clipping** (``loss.entropy_balanced_clipping``):
 
        ℓ = −min(r Ã, clip(r, 1 − ε_l, (1 + ε_h)/sg(r) · r) Ã),
@@ -49,7 +54,7 @@ def entropy_scaled_advantages(adv: torch.Tensor, entropy: torch.Tensor, mask: to
     h = entropy.detach()
     if bool(valid.any()):
         mean = h[valid].mean()
-        std = h[valid].std(unbiased=False) if int(valid.sum()) > 1 else torch.tensor(0.0)
+        std = h[valid].std() if int(valid.sum()) > 1 else torch.tensor(0.0)  # unbiased, as the code
         std = torch.where(std > 0, std, torch.ones_like(std))
     else:
         mean, std = torch.tensor(0.0), torch.tensor(1.0)
@@ -63,6 +68,12 @@ def entropy_scaled_advantages(adv: torch.Tensor, entropy: torch.Tensor, mask: to
 @dataclass
 class AEPOLoss(PPOClipLoss):
     """PPO clip with entropy-balanced upper clipping and the entropy-aware advantage."""
+
+    @property
+    def zero_advantage_zero_gradient(self) -> bool:  # type: ignore[override]
+        # with the entropy-aware advantage, a zero-advantage row still shapes the micro-batch's
+        # entropy z-score, so dropping it would change the other rows' advantages
+        return not self.entropy_advantage
 
     entropy_balanced_clipping: bool = True
     entropy_advantage: bool = True

@@ -4,26 +4,44 @@ dongguanting/ARPO at e257337d / a95cd089, ``vllm_rollout_with_tools.py``; spec �
 Multi-turn tool use makes the model uncertain right after a tool result arrives. ARPO spends part
 of each prompt's rollout budget branching there instead of on fresh samples.
 
-Rollout (``entropy_branching``, §6.2, as the official code does it). Budget M = ``rollout.n``
-trajectories per prompt, N = ``initial_rollouts`` started from the prompt. Each round every
-active trajectory generates its next segment (up to a tool's closing tag or the answer). The
-entropy of a segment is the top-10 truncated entropy summed over its first ≤ 20 tokens,
+Rollout (``entropy_branching``, §6.2). Budget M = ``rollout.n`` trajectories per prompt,
+N = ``initial_rollouts`` started from the prompt. Each round every active trajectory generates its
+next segment (up to a tool's closing tag or the answer). The entropy of a segment is the top-10
+truncated entropy summed over its first ≤ 20 tokens (the code's vLLM ``logprobs=10``),
 
     H = Σ_{ℓ ≤ 20} −Σ_{v ∈ top10(ℓ)} p_v log p_v ,      ΔH = (H_t − H_initial) / ln |V| ,
 
-with H_initial the trajectory's first segment (a fork's first post-fork segment). For a segment
-that follows a tool result, each of the Z = ``beam_size`` − 1 candidate copies forks with
+with H_initial the trajectory's first segment (a fork's first post-fork segment). Which segment
+gates a fork after tool result k (``branch_on``):
+
+* ``call`` (default; the official code): the segment that *made* call k. When it ends in a tool
+  call and the result is appended, each candidate copy may fork right after that result (the
+  copy re-samples everything that follows it). The first segment is its own baseline, so the
+  first call forks at the base rate (ΔH = 0).
+* ``result`` (the paper's text, "after each tool call, generate k tokens" and compare): the
+  segment generated *after* result k; if it forks, the copy restarts at that same result and
+  re-samples the segment. The first call never forks on its own segment's entropy.
+
+``call`` is the default because the paper's results come from the code, and the rest of the
+rule (the uniform draw u, ln |V|, the top-10 sum over 20 tokens) already follows the code.
+Each of the Z = ``beam_size`` − 1 candidate copies forks with
 
     u ~ U(0, 1),   fork iff clip(u − βΔH, 0, 1) ≤ τ      (probability clip(τ + βΔH, 0, 1)),
 
 (``fork_rule: arpo``; the paper's deterministic α + βΔH > τ is ``fork_rule: deterministic``),
-while the prompt has fewer than M trajectories. A fork copies the tokens up to the tool result
-and re-samples what follows. A prompt with no active trajectory and fewer than M gets one new
-trajectory from the prompt per round (top-up), so every prompt returns exactly M.
+while the prompt has fewer than M trajectories. A prompt with no active trajectory and fewer than
+M gets one new trajectory from the prompt per round (top-up), so every prompt returns exactly M.
 
 AEPO's rollout (spec §7.2) is the same strategy with ``fork_rule: aepo``: fork iff
 clip((u + βΔH)·max(0, 1 − λ_pen·l), 0, 1) ≥ τ, with l the prompt's branches so far (top-ups
 counted, as in the code read), λ_pen = ``consecutive_penalty``.
+
+Entropy measures. The branching entropy is the engine's top-k truncated one (``entropy_topk``);
+it is kept per token as the batch key ``entropy_topk`` (logged as ``rollout/entropy_topk``).
+The batch's ``entropy`` — and so ``rollout/entropy``, comparable with every other algorithm's —
+is the full-vocabulary entropy of the sampling distribution, recomputed after the rollout by a
+no-grad forward of the rollout engine (an engine without ``forward``, vLLM, leaves it to the
+trainer, which recomputes it with the train engine).
 
 Advantage (§6.3). Soft attribution (default) is plain GRPO over the M trajectories: every
 trajectory holds its own copy of a shared prefix, so the prefix receives Σ_{sharers} Â_i.
@@ -31,6 +49,11 @@ Hard attribution (``attribution: hard``): a token shared by d trajectories is tr
 the mean advantage (1/d) Σ Â_i of its sharers, and masked on the other copies.
 
 Loss (§6.4): the PPO clip (0.2/0.2, dual 3), token-mean, no KL, tool tokens masked.
+
+Known discrepancies: the code keys H_initial by slot index and never clears it between batches
+(stale baselines can carry over); here each trajectory's baseline is its own first segment. A
+trajectory whose tool-call budget is spent gets an error message as its result and goes on (the
+code appends EOS and ends it).
 """
 
 from __future__ import annotations
@@ -47,9 +70,10 @@ from harness.batch import RolloutBatch
 from harness.components import ConfigError, build
 from harness.multiturn import TurnState, step_round, tool_metrics
 from harness.registry import ADVANTAGES, register_advantage, register_algorithm, register_rollout
-from harness.rollout import RolloutContext, score_groups
+from harness.rollout import RolloutContext, full_vocab_entropy, score_groups
 
 FORK_RULES = ("arpo", "aepo", "deterministic")
+BRANCH_ON = ("call", "result")
 ATTRIBUTIONS = ("soft", "hard")
 
 
@@ -94,6 +118,7 @@ class EntropyBranching:
     entropy_weight: float = 0.2
     branch_probability: float = 0.5
     fork_rule: str = "arpo"
+    branch_on: str = "call"  # call: the segment that made the call (code) | result: the next one
     alpha: float = 0.5  # only for fork_rule=deterministic
     consecutive_penalty: float = 0.05  # only for fork_rule=aepo
     entropy_topk: int = 10
@@ -105,6 +130,9 @@ class EntropyBranching:
         if self.fork_rule not in FORK_RULES:
             raise ConfigError(f"algorithm.rollout.fork_rule={self.fork_rule!r}; valid: "
                               f"{', '.join(FORK_RULES)}")
+        if self.branch_on not in BRANCH_ON:
+            raise ConfigError(f"algorithm.rollout.branch_on={self.branch_on!r}; valid: "
+                              f"{', '.join(BRANCH_ON)}")
         if self.initial_rollouts < 1 or self.beam_size < 1:
             raise ConfigError("algorithm.rollout.initial_rollouts and beam_size must be >= 1, "
                               f"got {self.initial_rollouts}/{self.beam_size}")
@@ -136,12 +164,10 @@ class EntropyBranching:
             for i, slot in enumerate(slots):
                 if id(slot.state) not in stepped:
                     continue
-                start = slot.state.turn_starts[-1]
-                seg = sum(slot.state.entropy[start : start + self.entropy_tokens])
-                if slot.initial is None:
-                    slot.initial = seg
+                at = self._fork_point(slot)
+                if at is None:
                     continue
-                delta = (seg - slot.initial) / ln_v
+                delta = (self._segment_entropy(slot.state) - slot.initial) / ln_v
                 deltas.append(delta)
                 for _ in range(self.beam_size - 1):
                     p = slot.prompt
@@ -150,7 +176,7 @@ class EntropyBranching:
                             self.branch_probability, self.alpha, branches[p],
                             self.consecutive_penalty):
                         continue
-                    copy = slot.state.fork(slot.state.turn_starts[-1])
+                    copy = slot.state.fork(at)
                     copy.parent = i
                     new.append(_Slot(copy, p))
                     created[p] += 1
@@ -165,6 +191,24 @@ class EntropyBranching:
                     topups += 1
             slots += new
         return self._assemble(ctx, examples, slots, M, N, forks, topups, deltas)
+
+    def _segment_entropy(self, state: TurnState) -> float:
+        """H of the segment just generated: the top-k entropy summed over its first tokens."""
+        start = state.turn_starts[-1]
+        return sum(state.entropy[start : start + self.entropy_tokens])
+
+    def _fork_point(self, slot: _Slot) -> int | None:
+        """Where a fork gated by the segment just generated copies up to (None: no decision).
+        The first segment of a trajectory sets its baseline H_initial."""
+        state = slot.state
+        first = slot.initial is None
+        if first:
+            slot.initial = self._segment_entropy(state)
+        if self.branch_on == "call":  # it made a call whose result is in, and it goes on
+            made_call = (not state.done and bool(state.tool_calls)
+                         and state.tool_calls[-1]["end"] == len(state.response_ids))
+            return len(state.response_ids) if made_call else None
+        return None if first else state.turn_starts[-1]  # re-sample from the previous result
 
     def _premonitor(self, ctx: RolloutContext, example: Any, params: Any, env: Any,
                     ln_v: float, k: int) -> int:
@@ -205,7 +249,15 @@ class EntropyBranching:
                                              * len(examples)), 1)
         ctx.metrics["branch/budget_used"] = forks / budget
         ctx.metrics["branch/delta_entropy_mean"] = sum(deltas) / len(deltas) if deltas else 0.0
-        return score_groups(ctx, trajs, owners, groups)
+        batch = score_groups(ctx, trajs, owners, groups)
+        # the engine's per-token entropy was the top-k one the branching needs: it gets its own
+        # key, and ``entropy`` becomes the full-vocabulary one every other algorithm logs
+        if "entropy" in batch:
+            batch["entropy_topk"] = batch.tensors.pop("entropy")
+        full = full_vocab_entropy(ctx.engine, batch, ctx.sampling.temperature, M)
+        if full is not None:
+            batch["entropy"] = full
+        return batch
 
 
 def _with(params: Any, **changes: Any) -> Any:

@@ -25,6 +25,9 @@ Known discrepancies:
   (token-mean) and ships β = 0 (set ``kl.coef`` to reproduce the paper).
 * ``std_kind: population`` (√(μ(1-μ)) for binary rewards) is offered but is not verl's default.
 * verl's single-sample rule gives a lone sample a non-zero advantage r/(1+ε) (not 0).
+* Dr.GRPO's ``seq-mean-token-sum-norm`` divides by G·L_max (the paper, Oat's
+  ``constant_normalizer`` over the batch mean); verl's mode of that name divides by L_max only
+  (``loss_scale_factor``), so our gradients are 1/G of verl's (G = the mini-batch's sequences).
 """
 
 from __future__ import annotations

@@ -23,7 +23,8 @@ PAIRS = [
     ("The agent must get coffee next, while avoiding decorations.",
      "The task is complete: every subgoal has been achieved.", "unrelated"),
 ]
-TASKS = ["office_cmo", "office_mco", "craft_wif", "office_cmo_mirrored", "office_cmo_craftsrc"]
+TASKS = ["office_cmo", "office_mco", "craft_wif", "office_cmo_paraphrased", "office_cmo_mirrored",
+         "office_cmo_craftsrc"]
 
 
 def main() -> None:

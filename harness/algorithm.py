@@ -16,6 +16,21 @@ An algorithm is registered with ``@register_algorithm(name)`` and configured by
 The shared maths every bundle uses lives here: loss aggregation (:class:`Aggregator`), the KL
 estimators k1/k2/k3 and DAPO's overlong reward shaping. Subclasses override a hook only when the
 method changes the data flow itself.
+
+The loss of a bundle is  L = L_pg + β · agg(KL_est) − c_H · agg(H):  the KL term is a penalty
+(it raises the loss), the entropy term a bonus (it lowers the loss, so its gradient raises H).
+
+Known discrepancies:
+
+* ``seq-mean-token-sum-norm`` divides by B·L_max (B the mini-batch's sequences), as the Dr.GRPO
+  paper's loss and Oat's ``masked_sum(..., constant_normalizer=generate_max_length)`` averaged
+  over the batch; verl's ``seq-mean-token-sum-norm`` divides the summed token losses by
+  ``loss_scale_factor`` only (L_max when set; the padded width by default), with no 1/B, so our
+  gradients are 1/B of verl's. With Adam the scale is nearly immaterial; with SGD, gradient
+  clipping or a comparison of gradient norms, it is not.
+* k3 follows verl's ``low_var_kl``: the log-ratio log π_ref − log π is clamped to [−20, 20]
+  before ``exp`` and the estimate to [−10, 10]; without the first clamp, log π − log π_ref below
+  about −88 overflows exp() in fp32 and the gradient is NaN.
 """
 
 from __future__ import annotations
@@ -123,16 +138,23 @@ class Aggregator:
         return float((per_token * mask).sum().item() / max(tokens, 1.0))
 
 
+# verl's low_var_kl clamps the log-ratio before exp() (and the estimate after)
+K3_LOG_RATIO_CLAMP = 20.0
+K3_CLAMP = 10.0
+
+
 def kl_penalty(logp: torch.Tensor, ref_logp: torch.Tensor, estimator: str) -> torch.Tensor:
-    """Per-token KL(pi || pi_ref) estimates (verl ``kl_penalty``): k1 = log r,
-    k2 = (log r)^2 / 2, k3 = exp(-log r) + log r - 1 clamped to [-10, 10], log r = logp - ref."""
+    """Per-token estimates of KL(π || π_ref) on tokens sampled from π (verl ``kl_penalty``), with
+    log r = log π − log π_ref:  k1 = log r,  k2 = (log r)² / 2,  k3 = e^{−log r} + log r − 1 with
+    −log r clamped to [−20, 20] before exp and the estimate to [−10, 10] (``low_var_kl``)."""
     log_ratio = logp - ref_logp
     if estimator == "k1":
         return log_ratio
     if estimator == "k2":
         return 0.5 * log_ratio.square()
     if estimator == "k3":
-        return (torch.exp(-log_ratio) + log_ratio - 1.0).clamp(-10.0, 10.0)
+        neg = (-log_ratio).clamp(-K3_LOG_RATIO_CLAMP, K3_LOG_RATIO_CLAMP)
+        return (torch.exp(neg) - neg - 1.0).clamp(-K3_CLAMP, K3_CLAMP)
     raise ConfigError(f"algorithm.kl.estimator={estimator!r}; valid: {', '.join(KL_ESTIMATORS)}")
 
 
@@ -222,7 +244,10 @@ class Algorithm:
         advantage on every token contributes exactly nothing when the policy loss says so and
         no KL or entropy term touches it; the trainer then skips its forward/backward (most
         GRPO groups on an easy or hopeless prompt are constant). The aggregator still counts
-        the skipped samples, so the update is unchanged."""
+        the skipped samples, so the update is unchanged. A loss that computes a statistic across
+        rows must not see it change with the skip: it computes it in :meth:`prepare_minibatch`
+        on the whole mini-batch (LPO's coefficients), or declares ``zero_advantage_zero_gradient``
+        false so no row is dropped (AEPO's micro-batch entropy z-score)."""
         mask = batch["response_mask"]
         has_tokens = mask.sum(-1) > 0
         skippable = (

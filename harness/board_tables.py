@@ -91,8 +91,8 @@ class Dynamic:
 
 DYNAMICS = (Dynamic("token_entropy", "rollout/entropy", "final token entropy"),
             # evaluations: the last two, as every "final" quality metric
-            Dynamic("tool_calls_per_answer", "eval/*/tool_calls_per_answer",
-                    "tool calls per answer", window=2))
+            Dynamic("tool_calls_per_traj", "eval/*/tool_calls_per_traj",
+                    "tool calls per trajectory", window=2))
 
 
 @dataclass
@@ -242,10 +242,11 @@ def notes_text(confidence: float, bootstrap_min_n: int, resamples: int, seed: in
             "samples per problem; mean@n is the mean reward over all n samples; maj@k the "
             "majority vote. **Bold**: the best mean in the column. Rows are ranked by the "
             "primary metric; T is the sampling temperature. Final token entropy: per seed, the "
-            f"mean of `rollout/entropy` (mean per-token entropy of the training rollouts) over "
-            f"the run's last {final_window} logged steps, never bolded. Tool calls per answer "
-            "(multi-turn tasks): `eval/<set>/tool_calls_per_answer` averaged over the last two "
-            "evaluations (and over the eval sets), never bolded."),
+            f"mean of `rollout/entropy` (mean per-token full-vocabulary entropy of the training "
+            f"rollouts) over the run's last {final_window} logged steps, never bolded. Tool calls "
+            "per trajectory (multi-turn tasks): `eval/<set>/tool_calls_per_traj` (calls per "
+            "sampled trajectory, answered or not) averaged over the last two evaluations (and "
+            "over the eval sets), never bolded."),
         "paired": (
             "Δ = row − baseline, per seed, over the seeds both have (n = pairs), with the same "
             f"interval; {MARK} marks an interval that excludes 0. The baseline is the runs' "

@@ -84,7 +84,7 @@ def evaluate_set(
         metrics[f"eval/{name}/{stat}"] = float(
             np.mean([float(s.info.get("stats", {}).get(stat, 0.0)) for s in scores]))
     if env is not None:
-        metrics[f"eval/{name}/tool_calls_per_answer"] = float(
+        metrics[f"eval/{name}/tool_calls_per_traj"] = float(
             np.mean([len(t.tool_calls) for t in trajs]))
     metrics[f"eval/{name}/samples"] = float(len(trajs))
     metrics[f"time/eval_{name}"] = time.perf_counter() - start

@@ -154,6 +154,22 @@ class PromptSampler:
         self._order = self._shuffled(self.epoch)
 
 
+@torch.no_grad()
+def full_vocab_entropy(engine: object, batch: RolloutBatch, temperature: float,
+                       chunk: int) -> torch.Tensor | None:
+    """The full-vocabulary entropy [B, T] of the sampling distribution at ``temperature`` on every
+    response token, from a no-grad forward of ``engine`` in chunks of ``chunk`` rows; None when the
+    engine has no ``forward`` (vLLM: the trainer recomputes it with the train engine). A strategy
+    that sampled with a truncated entropy (``SamplingParams.entropy_topk``) uses it to keep
+    ``rollout/entropy`` the same quantity for every algorithm."""
+    forward = getattr(engine, "forward", None)
+    if forward is None or len(batch) == 0:
+        return None
+    parts = [forward(mb, temperature, with_entropy=True)[1].float().cpu()
+             for mb in batch.split(max(chunk, 1))]
+    return torch.cat(parts) * batch["response_mask"]
+
+
 def on_policy_rows(batch: RolloutBatch, train_temperature: float) -> torch.Tensor:
     """Bool [B]: rows sampled from pi_theta itself on their training prompt at the training
     temperature (not LOPE's perturbed-prompt rows, not arbitrary-entropy's side batch)."""
@@ -181,11 +197,13 @@ def rollout_metrics(batch: RolloutBatch, train_temperature: float = 1.0) -> dict
         "rollout/truncation_rate": float(batch["truncated"].float().mean()),
         "rollout/samples": float(len(batch)),
     }
-    if "entropy" in batch:
-        # the policy's own entropy: rows sampled from another prompt or temperature measure a
-        # different distribution
-        m = mask * on_policy_rows(batch, train_temperature)[:, None]
-        out["rollout/entropy"] = float((batch["entropy"] * m).sum() / m.sum().clamp(min=1))
+    # the policy's own entropy: rows sampled from another prompt or temperature measure a
+    # different distribution. ``entropy`` is always the full-vocabulary entropy; a strategy's
+    # top-k truncated one (ARPO/AEPO branching) is ``entropy_topk``, another quantity
+    m = mask * on_policy_rows(batch, train_temperature)[:, None]
+    for key, name in (("entropy", "rollout/entropy"), ("entropy_topk", "rollout/entropy_topk")):
+        if key in batch:
+            out[name] = float((batch[key] * m).sum() / m.sum().clamp(min=1))
     if "old_logprobs" in batch:
         own = on_policy_rows(batch, train_temperature)[:, None]
         diff = (batch["old_logprobs"] - batch["rollout_logprobs"]).abs() * mask * own

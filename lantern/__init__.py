@@ -5,7 +5,7 @@ Q-learning transfer for tasks whose reward is given by an automaton (a DFA over 
 
     Phase 1  D^tgt = (Ω, ω_0, Σ, δ, F) and desc(ω) from the task text       lantern.dfa
     Phase 2  φ(ω) = E(desc(ω)), cosine sim, top-M neighbours, weights w_k    lantern.embed
-    Phase 3  Q^agg = Σ w_k Q_k,  π^agg_teacher = Σ w_k π_k                   lantern.agent
+    Phase 3  Q^agg_AD(ω) = Σ w_k Q_k,AD(ω_k),  π^agg_teacher = Σ w_k π_k     lantern.agent
     Phase 4  τ = τ_exp(V^exp) · τ_sem(V^sem)   (or the AND gate)             lantern.agent
     Phase 5  ΔQ = α [τ δ_t + (1 − τ) G_multi]                                lantern.agent
 

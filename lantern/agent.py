@@ -12,7 +12,8 @@ random tie-breaking, and differ in what they start from and how they update:
                 weights; then Q-learning.
 ``lantern``     Q₀ = 0 and the unified update with the teachers of every source:
 
-    Strategic   Q^agg(s,ω,a)          = Σ_{k∈N_M(ω)} w_k Q_k(s, ω_k, a)
+    Strategic   Q^agg_AD(ω)           = Σ_{k∈N_M(ω)} w_k Q_{k,AD}(ω_k)      (automaton level)
+                Q_{k,AD}(ω_k)         = Σ_{s,a} N_k(s,ω_k,a) Q_k(s,ω_k,a) / Σ_{s,a} N_k(s,ω_k,a)
     Tactical    π^agg_teacher(a|s,ω)  = Σ_{k∈N_M(ω)} w_k π_k(a | s, ω_k),
                 π_k = (1 − ε_T) greedy(Q_k) + ε_T / |A|   (a distribution; ties split)
     Volatility  V^exp(s,ω,a) ← (1 − η) V^exp + η |δ_t|   (EMA; V^exp₀ = v_exp_init: unvisited
@@ -21,13 +22,33 @@ random tie-breaking, and differ in what they start from and how they update:
                 τ_sem = σ( k_sem (V^sem − c_sem))  (rises with V^sem: less teacher)
     Gate        product (default, as the notes write it):   τ = τ_exp · τ_sem
                 and    (gate=and, the spec's §4.3 reading):  τ = 1 − (1 − τ_exp)(1 − τ_sem)
-    Guidance    G_multi(a) = c_strat (Q^agg(s,ω,a) − Q(s,ω,a))
-                           + c_tact (π^agg_teacher(a|s,ω) − π_Q(a|s,ω)),  π_Q = softmax(Q/β)
-                (the second term is −∂KL(π_teacher ‖ π_Q)/∂Q(a) up to the factor 1/β)
+    Guidance    G_multi(a) = c_strat G_strat(a) + c_tact (π^agg_teacher(a|s,ω) − π_Q(a|s,ω)),
+                π_Q = softmax(Q/β)  (the tactical term is −∂KL(π_teacher ‖ π_Q)/∂Q(a) up to 1/β)
     Update      ΔQ(s,ω,a) = α [τ δ_t + (1 − τ) G_multi(a)]       for the action taken
                 ΔQ(s,ω,b) = α (1 − τ_b) G_multi(b)                for the others
-                (guide_all_actions=true: the guidance needs no sample, so it is applied to every
-                action of the visited (s, ω); false: the taken action only.)
+                (guide_all_actions=true: the tactical guidance needs no sample, so it is applied
+                to every action of the visited (s, ω); false: the taken action only.)
+
+The strategic term (``strategic``):
+
+* ``automaton`` (default, the method's Q_AD): the value each source's experience gives its
+  automaton states, N_k(s, ω, a) the visit counts of the source's own experience (its replay
+  buffer, ``Source.visits``; uniform over the table when none is recorded) — automaton
+  distillation's "dynamic" transfer (Singireddy et al., arXiv 2310.19137), which LANTERN's notes
+  name Q_AD. Nothing of it depends on a cell, so it needs no alignment of the maps. It is a target
+  for the *experienced automaton transition* ω → ω' of the action taken:
+
+      G_strat(a) = y_AD − Q(s,ω,a),   y_AD = Q^agg_AD(ω)                      if ω' = ω
+                                      y_AD = r + γ (1 − terminal) Q^agg_AD(ω') if ω' ≠ ω
+
+  (a subgoal edge earns the next automaton state's value, a hazard edge the terminal reward 0, a
+  self-loop the state's own value); the other actions get no strategic term (their ω' is not
+  observed).
+* ``cell`` (ablation: the cell-level transplant this track used before): Q^agg(s,ω,a) =
+  Σ_k w_k Q_k(s, ω_k, a), G_strat(a) = Q^agg(s,ω,a) − Q(s,ω,a) for every action. It reads each
+  source's Q-table at the target's cell, which means something only because all maps here share
+  one shape; it is not the method.
+* ``off``: tactical guidance only.
 
 The product gate gives the teacher weight 1 − τ_exp τ_sem, which is large when *either* trust is
 low (an OR); the notes say the teacher should weigh heavily only when learning is unstable *and*
@@ -35,6 +56,10 @@ the semantics align, which is the ``and`` gate's teacher weight (1 − τ_exp)(1
 product is the default because it is the formula the source writes; the leaderboard runs both.
 
 τ = 1 makes every LANTERN update exactly Q-learning's (``gate=off``); τ = 0 ignores δ_t.
+
+Known discrepancies: only the abstract and a summary of the paper were available; the form of
+G_multi, every constant, and Q_AD's estimator (visit-weighted mean of the source's Q over its
+experience in ω) are ours.
 """
 
 from __future__ import annotations
@@ -49,6 +74,7 @@ from lantern.embed import Embedder, neighbourhood
 
 AGENTS: Registry = Registry("lantern agent")
 GATES = ("product", "and", "off", "fixed")
+STRATEGIC = ("automaton", "cell", "off")
 
 
 def sigmoid(x: np.ndarray | float) -> np.ndarray | float:
@@ -96,11 +122,27 @@ def teacher_policy(q: np.ndarray, eps: float) -> np.ndarray:
 
 @dataclass
 class Source:
-    """A learned source task: its DFA (for the state descriptions) and its Q-table [S, Ω_k, A]."""
+    """A learned source task: its DFA (for the state descriptions), its Q-table [S, Ω_k, A] and
+    the visit counts N(s, ω, a) of its own experience (None: not recorded)."""
 
     name: str
     dfa: object
     q: np.ndarray
+    visits: np.ndarray | None = None
+
+
+def automaton_values(source: Source) -> np.ndarray:
+    """Q_{k,AD}(ω) [Ω_k]: the source's Q averaged over its experience in each automaton state,
+    weighted by the visit counts (every (s, a) equally when none were recorded or ω was never
+    visited)."""
+    q = source.q
+    n = source.visits if source.visits is not None else np.ones_like(q)
+    out = np.empty(q.shape[1])
+    for w in range(q.shape[1]):
+        weights = n[:, w]
+        total = weights.sum()
+        out[w] = (q[:, w] * weights).sum() / total if total > 0 else q[:, w].mean()
+    return out
 
 
 @dataclass
@@ -227,6 +269,7 @@ class LanternAgent(QLearningAgent):
         weighting: str = "softmax"  # softmax | linear (spec §4.2: both readings)
         weight_temperature: float = 0.01  # T of softmax(sim / T)
         gate: str = "product"  # product (notes) | and (spec §4.3) | off (τ = 1) | fixed
+        strategic: str = "automaton"  # automaton (Q_AD, the method) | cell (ablation) | off
         tau_fixed: float = 1.0  # τ when gate=fixed
         ema_rate: float = 0.1  # η of V^exp
         v_exp_init: float = 1.0  # V^exp before any visit: unstable, so teachers lead at first
@@ -244,7 +287,8 @@ class LanternAgent(QLearningAgent):
 
     def __init__(self, cfg: Config) -> None:
         super().__init__(cfg)
-        for key, valid in (("weighting", ("softmax", "linear")), ("gate", GATES)):
+        for key, valid in (("weighting", ("softmax", "linear")), ("gate", GATES),
+                           ("strategic", STRATEGIC)):
             if getattr(cfg, key) not in valid:
                 raise ValueError(f"agent.{key}={getattr(cfg, key)!r} is not one of: "
                                  f"{', '.join(valid)}")
@@ -254,7 +298,8 @@ class LanternAgent(QLearningAgent):
         super().prepare(ctx, n_actions)
         cfg, dfa = self.cfg, ctx.target_dfa
         shape = self.q.shape
-        self.q_agg = np.zeros(shape)
+        self.q_agg = np.zeros(shape)  # cell-level transplant (strategic=cell)
+        self.v_agg = np.zeros(shape[1])  # Q^agg_AD(ω) (strategic=automaton)
         self.pi_teacher = np.full(shape, 1.0 / n_actions)
         self.v_sem = np.ones(shape[1])
         self.v_exp = np.full(shape, float(cfg.v_exp_init))
@@ -268,9 +313,11 @@ class LanternAgent(QLearningAgent):
             nbrs, v_sem = neighbourhood(emb_t, emb_src, cfg.top_m, cfg.weighting,
                                         cfg.weight_temperature, live_src)
             policies = [teacher_policy(src.q, cfg.teacher_epsilon) for src in ctx.sources]
+            q_ad = [automaton_values(src) for src in ctx.sources]
             for j, w in enumerate(live_t):
                 self.neighbours[w] = nbrs[j]
                 self.v_sem[w] = v_sem[j]
+                self.v_agg[w] = sum(n.weight * q_ad[n.source][n.state] for n in nbrs[j])
                 self.q_agg[:, w] = sum(n.weight * ctx.sources[n.source].q[:, n.state]
                                        for n in nbrs[j])
                 self.pi_teacher[:, w] = sum(n.weight * policies[n.source][:, n.state]
@@ -287,12 +334,22 @@ class LanternAgent(QLearningAgent):
         t_exp = trust_exp(self.v_exp[s, w], cfg.exp_slope, cfg.exp_offset)
         return gate(t_exp, self.t_sem[w], cfg.gate, cfg.tau_fixed)
 
-    def guidance(self, s: int, w: int) -> np.ndarray:
-        """G_multi for every action at (s, ω)."""
+    def strategic_target(self, w: int, r: float, w2: int, terminal: bool) -> float:
+        """y_AD of the automaton transition ω → ω' (``strategic=automaton``)."""
+        if w2 == w:
+            return float(self.v_agg[w])
+        return r if terminal else r + self.cfg.gamma * float(self.v_agg[w2])
+
+    def guidance(self, s: int, w: int, a: int, r: float, w2: int, terminal: bool) -> np.ndarray:
+        """G_multi for every action at (s, ω), the action ``a`` having led to ω' = ``w2``."""
         cfg, q = self.cfg, self.q[s, w]
         pi_q = softmax(q, cfg.student_temperature)
-        return (cfg.strategic_coef * (self.q_agg[s, w] - q)
-                + cfg.tactical_coef * (self.pi_teacher[s, w] - pi_q))
+        strat = np.zeros_like(q)
+        if cfg.strategic == "automaton":
+            strat[a] = self.strategic_target(w, r, w2, terminal) - q[a]
+        elif cfg.strategic == "cell":
+            strat = self.q_agg[s, w] - q
+        return cfg.strategic_coef * strat + cfg.tactical_coef * (self.pi_teacher[s, w] - pi_q)
 
     def update(self, s: int, w: int, a: int, r: float, s2: int, w2: int,
                terminal: bool) -> float:
@@ -303,7 +360,7 @@ class LanternAgent(QLearningAgent):
         if cfg.gate == "off":  # exactly Q-learning's arithmetic, not just τ ≈ 1
             self.q[s, w, a] += cfg.alpha * delta
             return delta
-        g = self.guidance(s, w)
+        g = self.guidance(s, w, a, r, w2, terminal)
         step = (1.0 - tau) * g
         if not cfg.guide_all_actions:
             step = np.where(np.arange(len(step)) == a, step, 0.0)

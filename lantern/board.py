@@ -34,9 +34,11 @@ from harness.plots import align
 from harness.stats import Interval, interval, paired_interval
 
 BASELINES = ("qlearning", "qlearning_opt")  # Q-learning from scratch: Q₀ = 0 and optimistic
-ORDER = ("qlearning", "qlearning_opt", "single_best", "uniform", "lantern", "lantern_and")
+ORDER = ("qlearning", "qlearning_opt", "single_best", "uniform", "lantern", "lantern_and",
+         "lantern_transplant")
 COLORS = {"qlearning": "tab:gray", "qlearning_opt": "black", "single_best": "tab:blue",
-          "uniform": "tab:green", "lantern": "tab:red", "lantern_and": "tab:purple"}
+          "uniform": "tab:green", "lantern": "tab:red", "lantern_and": "tab:purple",
+          "lantern_transplant": "tab:orange"}
 METRICS = (  # column, metric, digits
     ("episodes to threshold", "final/episodes_to_threshold", 1),
     ("env steps to threshold", "final/steps_to_threshold", 0),
@@ -177,6 +179,19 @@ def _diff(rec: dict, col: str, base: str) -> str:
     return f"{rec[key]:+.1f} [{rec[key + ' low']:+.1f}, {rec[key + ' high']:+.1f}]{mark}"
 
 
+def _provenance(runs: list) -> str:
+    """Which commits the runs came from (tag ``rlbench.git_commit``, ``rlbench.git_dirty``) and
+    the summed wall time of their cells (``final/wall_s``)."""
+    commits: dict[str, int] = defaultdict(int)
+    for r in runs:
+        sha = r.data.tags.get("rlbench.git_commit", "unrecorded")
+        dirty = r.data.tags.get("rlbench.git_dirty") == "True"
+        commits[sha[:12] + (" (uncommitted changes)" if dirty else "")] += 1
+    wall = sum(r.data.metrics.get("final/wall_s", 0.0) for r in runs)
+    listed = ", ".join(f"`{c}` ({n} runs)" for c, n in sorted(commits.items()))
+    return f"Runs from commit {listed}; the cells' wall time sums to {wall / 60:.1f} min."
+
+
 def build_board(uri: str, experiment: str = "lantern", out: str = "leaderboards/lantern",
                 log_to_mlflow: bool = True) -> list[Path]:
     client = MlflowClient(tracking_uri=uri)
@@ -221,7 +236,7 @@ def build_board(uri: str, experiment: str = "lantern", out: str = "leaderboards/
               r.data.tags.get("rlbench.seed")) for r in runs}
     lines += ["", f"{len(cells)} (task, agent, seed) cells from {len(runs)} FINISHED runs (a "
               "cell run twice counts once). Intervals and paired differences against both "
-              "from-scratch baselines: each task's page.", ""]
+              "from-scratch baselines: each task's page.", "", _provenance(runs), ""]
     (root / "README.md").write_text("\n".join(lines))
     written.append(root / "README.md")
     return written

@@ -88,6 +88,12 @@ OFFICE_VOCAB = {
     "go to the office": "o", "go to office": "o",
     "go to room a": "a", "go to room b": "b",
     "decorations": "*", "the decorations": "*",
+    # paraphrases (office_cmo_paraphrased's sources): other words for the same subgoals
+    "grab a coffee": "c", "pick up a coffee": "c",
+    "collect the post": "m", "pick up the post": "m",
+    "head to the office": "o", "walk to the office": "o",
+    "visit room a": "a", "visit room b": "b",
+    "the ornaments": "*", "ornaments": "*",
 }
 CRAFT_VOCAB = {
     "get wood": "w", "collect wood": "w", "get iron": "i", "collect iron": "i",

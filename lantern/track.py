@@ -61,7 +61,7 @@ class TaskSpec:
     env: str = "office"
     description: str = ""
     sources: list[SourceSpec] = field(default_factory=list)
-    alignment: str = "aligned"  # aligned | misaligned (behaviour) | unrelated (semantics)
+    alignment: str = "aligned"  # aligned | paraphrased | misaligned (behaviour) | unrelated
 
 
 @dataclass
@@ -152,12 +152,16 @@ def build_dfa(cfg: DictConfig, env: str, description: str) -> tuple[GridMap, Dfa
         raise ConfigError(f"task description {description!r} (map {env!r}): {exc}") from None
 
 
-def run_episode(env: AutomatonGridEnv, agent: QLearningAgent, learn: bool) -> tuple[bool, int]:
-    """One episode; returns (success, steps). ``learn=False``: greedy, no updates."""
+def run_episode(env: AutomatonGridEnv, agent: QLearningAgent, learn: bool,
+                visits: np.ndarray | None = None) -> tuple[bool, int]:
+    """One episode; returns (success, steps). ``learn=False``: greedy, no updates. ``visits``
+    [S, Ω, A] counts the (s, ω, a) the agent acted in."""
     s, w = env.reset()
     terminal_states = env.dfa.accepting | env.dfa.rejecting
     while True:
         a = agent.act(s, w, greedy=not learn)
+        if visits is not None:
+            visits[s, w, a] += 1
         s2, w2, r, done, success = env.step(a)
         if learn:
             agent.update(s, w, a, r, s2, w2, w2 in terminal_states)
@@ -170,7 +174,9 @@ _SOURCES: dict[tuple, tuple[Source, float]] = {}
 
 
 def train_source(cfg: DictConfig, spec: Any) -> tuple[Source, float]:
-    """Plain Q-learning on a source task (memoised); returns it and its greedy success."""
+    """Plain Q-learning on a source task (memoised); returns it, with the visit counts of its
+    training experience (LANTERN's automaton-level values Q_AD are averaged over them), and its
+    greedy success."""
     sc, tc = cfg.source, cfg.train
     key = (spec.env, spec.description, sc.episodes, sc.epsilon, sc.alpha, sc.gamma, sc.seed,
            sc.random_starts, tc.max_steps, tc.slip, cfg.dfa.generator)
@@ -182,11 +188,12 @@ def train_source(cfg: DictConfig, spec: Any) -> tuple[Source, float]:
                            random_start=sc.random_starts)
     agent = QLearningAgent(QLearningAgent.Config(sc.alpha, sc.gamma, sc.epsilon))
     agent.prepare(TransferContext(grid.n_cells, dfa, [], None, rng), env.n_actions)  # type: ignore
+    visits = np.zeros_like(agent.q)
     for _ in range(sc.episodes):
-        run_episode(env, agent, learn=True)
+        run_episode(env, agent, learn=True, visits=visits)
     env.random_start = False  # its success is measured from S, as the target's
     success = float(np.mean([run_episode(env, agent, learn=False)[0] for _ in range(10)]))
-    out = (Source(f"{spec.env}: {spec.description}", dfa, agent.q.copy()), success)
+    out = (Source(f"{spec.env}: {spec.description}", dfa, agent.q.copy(), visits), success)
     _SOURCES[key] = out
     return out
 
@@ -271,9 +278,12 @@ def run_cell(cfg: DictConfig) -> dict[str, float] | None:
                            random.Random(cfg.seed))
     ctx = TransferContext(grid.n_cells, dfa, [s for s, _ in sources], default_embedder(), rng)
     agent.prepare(ctx, env.n_actions)
+    git = _git()
     tags = {"rlbench.kind": KIND, "rlbench.track": KIND, "rlbench.task": cfg.task.name,
             "rlbench.agent": label, "rlbench.seed": str(cfg.seed), HASH_TAG: digest,
-            "rlbench.alignment": cfg.task.alignment, **dict(cfg.tracking.tags)}
+            "rlbench.alignment": cfg.task.alignment,
+            "rlbench.git_commit": str(git["commit"]), "rlbench.git_dirty": str(git["dirty"]),
+            **dict(cfg.tracking.tags)}
     tracker.start(cfg.tracking.run_name or f"{label}-{cfg.task.name}-s{cfg.seed}", tags)
     try:
         tracker.log_params(cfg)
@@ -295,6 +305,19 @@ def run_cell(cfg: DictConfig) -> dict[str, float] | None:
           f"episodes_to_threshold={summary['final/episodes_to_threshold']:.0f} "
           f"auc={summary['final/auc']:.3f} final={summary['final/success']:.2f}")
     return summary
+
+
+_GIT: dict[str, Any] = {}
+
+
+def _git() -> dict[str, Any]:
+    """The repository's commit and whether tracked files differ from it (once per process: a
+    sweep's cells run in one process from one tree)."""
+    if not _GIT:
+        from harness.manifest import git_state
+
+        _GIT.update(git_state())
+    return _GIT
 
 
 def _log_history(tracker: Any, history: list[tuple[dict[str, float], int]]) -> None:

@@ -66,7 +66,7 @@ def test_sign_flips_exactly_where_the_entropy_z_score_is_below_minus_five():
     adv = torch.ones(1, 100)
     out = entropy_scaled_advantages(adv, ent, torch.ones(1, 100), 0.2)
     h = ent[0]
-    z = (h - h.mean()) / h.std(unbiased=False)
+    z = (h - h.mean()) / h.std()  # unbiased, as the code
     assert torch.equal(out[0] < 0, z < -5)
     assert int((out[0] < 0).sum()) == 1
     clamped = entropy_scaled_advantages(adv, ent, torch.ones(1, 100), 0.2, clamp_sign=True)
@@ -154,3 +154,19 @@ def test_multiturn_aem_self_normalises_over_the_groups_turns():
     same = aem(1.5, "prompt_group_same_turn").turn_weights(batch)
     assert (float(same[0, 0]) + float(same[1, 0])) / 2 == pytest.approx(1.0, abs=1e-6)
     assert max(group0) / min(group0) == pytest.approx(math.exp(1.5), rel=1e-5)
+
+
+def test_multiturn_aem_turn_entropy_leaves_out_the_tool_result_tokens():
+    """Turn 1 of each trajectory: model tokens at entropy 1.0 then a tool result at 9.0 (loss mask
+    0); turn 2: model tokens at 2.0. Over the model's tokens turn 1 is the calmer turn and gets
+    the larger weight; counting the tool tokens would make it the more entropic one."""
+    trajs = []
+    for k in range(2):
+        ent = torch.tensor([1.0, 1.0, 9.0, 9.0, 2.0, 2.0])
+        trajs.append(Trajectory([1], [5, 6, 7, 8, 9, 10], logprobs=torch.zeros(6), entropy=ent,
+                                loss_mask=[1, 1, 0, 0, 1, 1], turn_boundaries=[0, 4], group_id=0,
+                                score=Score(float(k), bool(k), True)))
+    batch = RolloutBatch.from_trajectories(trajs, 0)
+    w = aem(1.0).turn_weights(batch)
+    assert float(w[0, 0]) > float(w[0, 4])
+    assert float(w[0, 0]) / float(w[0, 4]) == pytest.approx(math.e, rel=1e-5)

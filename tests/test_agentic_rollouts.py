@@ -20,8 +20,10 @@ CASES = {
     "grpo_aem": [],
 }
 LOGGED = {"grpo": ["tools/calls_per_traj", "tools/masked_token_frac"],
-          "arpo": ["branch/forks", "branch/topups", "branch/budget_used", "tools/calls_per_traj"],
-          "aepo": ["branch/forks", "aepo/sign_flip_frac"],
+          "arpo": ["branch/forks", "branch/topups", "branch/budget_used", "tools/calls_per_traj",
+                   "rollout/entropy", "rollout/entropy_topk"],
+          "aepo": ["branch/forks", "aepo/sign_flip_frac", "rollout/entropy",
+                   "rollout/entropy_topk"],
           "grpo_aem": ["aem/alpha_mean", "tools/turns_per_traj"]}
 
 
@@ -38,3 +40,5 @@ def test_agentic_run_finishes_and_logs_tool_metrics(tmp_path, model_cache, name)
             continue  # every group constant: nothing entered the loss
         assert key in metrics, key
     assert metrics["rollout/samples"] == 8.0  # M trajectories per prompt, whatever branched
+    if "rollout/entropy_topk" in metrics:  # the full-vocabulary entropy bounds the top-k one
+        assert metrics["rollout/entropy"] >= metrics["rollout/entropy_topk"] - 1e-4

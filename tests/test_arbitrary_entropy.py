@@ -150,6 +150,29 @@ def test_proxy_is_the_trained_tokens_nll_and_survives_a_checkpoint():
     assert restored.rollout.entropy_proxy == algo.rollout.entropy_proxy
 
 
+def test_controller_reads_the_proxy_from_the_rows_being_trained():
+    """The next temperature is chosen from −mean log π_old over the trained batch: the s
+    substituted side positives and the main rows they did not replace — not the side rows left
+    out, nor the replaced main rows."""
+    from harness.batch import RolloutBatch
+
+    algo = algorithm()
+    side = torch.tensor([False] * 6 + [True] * 4)
+    adv = torch.tensor([0.5, -0.5, 0.5, -0.5, 0.5, -0.5, 1.0, -1.0, 1.0, -1.0])
+    # main rows: -1 per token, side rows: -3; two tokens on main rows, one on side rows
+    old = torch.tensor([[-1.0, -1.0]] * 6 + [[-3.0, 0.0]] * 4)
+    mask = torch.tensor([[1.0, 1.0]] * 6 + [[1.0, 0.0]] * 4)
+    old[0], old[1] = torch.tensor([-7.0, -7.0]), torch.tensor([-7.0, -7.0])  # replaced rows
+    batch = RolloutBatch({"side_batch": side, "advantages": adv, "old_logprobs": old,
+                          "response_mask": mask}, [None] * 10)
+    trained, m = algo.select_training_rows(batch)
+    assert m["aent/substituted"] == 2.0 and bool(trained["substituted"][:2].all())
+    # trained: two positives (1 token at -3 each) + main rows 2..5 (2 tokens at -1 each)
+    expected = (2 * 3.0 + 8 * 1.0) / 10
+    assert algo.rollout.entropy_proxy == pytest.approx(expected)
+    assert m["aent/next_entropy_proxy"] == pytest.approx(expected)
+
+
 def entropy_run(target: float, seed: int, steps: int = 120) -> tuple[float, float]:
     torch.manual_seed(seed)
     theta = torch.nn.Parameter(torch.randn(V) * 1.5)

@@ -208,3 +208,118 @@ def test_branching_needs_a_multi_turn_task():
         EntropyBranching()(ctx)
     with pytest.raises(ConfigError, match="fork_rule"):
         EntropyBranching(fork_rule="sometimes")
+
+
+# -- which segment gates a fork, where it forks, and which entropy it reads ------------------------
+class TopkEngine(ToolEngine):
+    """``generate`` reports the top-k entropy ``topk(k)`` when asked for a truncated entropy and
+    ``full(k)`` otherwise (k = tool results in the prefix); ``forward`` gives the full-vocabulary
+    entropy ``FULL`` per token, as a real engine's recomputation would."""
+
+    FULL = 4.2
+
+    def __init__(self, hops: int, topk, full=lambda k: 1.0, seed: int = 0) -> None:
+        super().__init__(hops, topk, seed)
+        self.full, self.topk_asked = full, []
+
+    def generate(self, prompts, params, generator=None):
+        self.topk_asked.append(params.entropy_topk)
+        out = super().generate(prompts, params, generator)
+        if params.entropy_topk == 0:
+            for p, t in zip(prompts, out, strict=True):
+                t.entropy = torch.full_like(t.entropy, float(self.full(
+                    self.decode(p).count("</result>"))))
+        return out
+
+    def forward(self, mb, temperature, with_entropy=True, entropy_grad=False):
+        shape = mb["responses"].shape
+        return torch.zeros(shape), torch.full(shape, self.FULL)
+
+
+# segment k's per-token entropy: the second segment rises (ΔH ≈ +3.9), the later ones fall
+RISE_THEN_FALL = {0: 1.0, 1: 2.0, 2: 0.5, 3: 0.5}.get
+
+
+def branching(engine, M=8, prompts=1, **knobs):
+    examples = [Example(str(i), "q") for i in range(prompts)]
+    ctx = RolloutContext(engine=engine, task=LookupTask(None),
+                         draw_prompts=lambda n: examples[:n], prompts_per_step=prompts,
+                         sampling=SamplingParams(n=M, max_new_tokens=40))
+    random.seed(0)
+    # τ = 0, β = 1: a fork happens iff u ≤ ΔH, so always after a rise, never otherwise
+    knobs = {"initial_rollouts": 2, "branch_probability": 0.0, "entropy_weight": 1.0, **knobs}
+    return EntropyBranching(**knobs)(ctx), ctx
+
+
+def fork_points(batch):
+    """(tool results in the shared prefix) of every forked trajectory."""
+    points = set()
+    for t in batch.trajectories:
+        if t.branch_parent is not None:
+            ends = [c["end"] for c in t.tool_calls]
+            assert t.branch_shared in ends  # a fork is placed right after a tool result
+            points.add(ends.index(t.branch_shared) + 1)
+    return points
+
+
+def test_default_rule_gates_the_fork_after_result_k_on_the_segment_that_made_call_k():
+    assert EntropyBranching().branch_on == "call"
+    batch, ctx = branching(TopkEngine(3, RISE_THEN_FALL))
+    # the rising segment made call 2: its copies restart after result 2
+    assert ctx.metrics["branch/forks"] > 0 and fork_points(batch) == {2}
+
+
+def test_paper_rule_gates_the_fork_after_result_k_on_the_segment_after_it():
+    batch, ctx = branching(TopkEngine(3, RISE_THEN_FALL), branch_on="result")
+    # the rising segment follows result 1: its copies restart after result 1
+    assert ctx.metrics["branch/forks"] > 0 and fork_points(batch) == {1}
+
+
+def test_first_call_forks_at_the_base_rate_under_the_code_rule():
+    """One call, then an answer segment whose entropy falls. The code's rule gates the fork after
+    the result on the calling segment (its own baseline: ΔH = 0, so rate τ); the paper's rule on
+    the falling answer segment (never)."""
+    falls = {0: 1.0, 1: 0.0}.get
+    batch, ctx = branching(TopkEngine(1, falls), branch_probability=0.5)
+    assert ctx.metrics["branch/forks"] > 0 and fork_points(batch) == {1}
+    _, paper = branching(TopkEngine(1, falls), branch_probability=0.5, branch_on="result")
+    assert paper.metrics["branch/forks"] == 0
+
+
+def test_branching_reads_the_top_k_entropy_and_logs_the_full_one_as_rollout_entropy():
+    from harness.rollout import rollout_metrics
+
+    engine = TopkEngine(3, RISE_THEN_FALL, full=lambda k: 1.0)  # flat full entropy: no rise
+    batch, ctx = branching(engine, entropy_topk=10)
+    assert set(engine.topk_asked) == {10}
+    assert ctx.metrics["branch/forks"] > 0  # the top-k rise was seen
+    mask = batch["response_mask"] > 0
+    assert torch.all(batch["entropy"][mask] == TopkEngine.FULL)
+    assert set(batch["entropy_topk"][mask].unique().tolist()) <= {0.5, 1.0, 2.0}
+    m = rollout_metrics(batch, 1.0)
+    assert m["rollout/entropy"] == pytest.approx(TopkEngine.FULL)
+    assert m["rollout/entropy_topk"] == pytest.approx(
+        float(batch["entropy_topk"][mask].mean()))
+
+
+def test_without_an_engine_forward_the_batch_carries_no_truncated_entropy_as_entropy():
+    batch, _ = rollout(M=4, prompts=1)  # ToolEngine has no forward (like vLLM)
+    assert "entropy" not in batch and "entropy_topk" in batch
+
+
+def test_aepo_penalty_counts_the_branches_and_stops_forking():
+    rising = lambda k: 1.0 + k  # noqa: E731  every later segment rises: ΔH ≥ 3.9
+    knobs = {"fork_rule": "aepo", "initial_rollouts": 4, "branch_probability": 0.5}
+    _, free = branching(TopkEngine(4, rising), **knobs, consecutive_penalty=0.0)
+    assert free.metrics["branch/forks"] == 8 - 4  # (u + βΔH)·1 ≥ τ always
+    # λ = 0.5: the factor is 1 with no branch yet, 0.5 after one, 0 from two on
+    _, penalised = branching(TopkEngine(4, rising), **knobs, consecutive_penalty=0.5)
+    assert penalised.metrics["branch/forks"] == 2
+
+
+@pytest.mark.parametrize(("root", "tool", "expected"), [(3.0, 0.5, 16), (0.5, 3.0, 1)])
+def test_aepo_premonitoring_gives_more_roots_when_the_root_is_the_more_uncertain(root, tool,
+                                                                               expected):
+    profile = lambda k: root if k == 0 else tool  # noqa: E731
+    _, ctx = branching(TopkEngine(2, profile), M=16, dynamic_rollouts=True)
+    assert ctx.metrics["branch/root_samples"] == expected

@@ -48,7 +48,7 @@ def _log_run(client, exp_id, alg, seed, *, level, start_time, status="FINISHED",
     summary["final/heldout/mean_at_8"] = summary["final/heldout/pass_at_1"] + 0.01
     tools = {name: {st: base + st / 10 + rng.normal(0, 0.1) for st in steps}
              for name, base in (("heldout", 2.0), ("train", 3.0))}
-    metrics += [Metric(f"eval/{name}/tool_calls_per_answer", v, 0, st)
+    metrics += [Metric(f"eval/{name}/tool_calls_per_traj", v, 0, st)
                 for name, curve in tools.items() for st, v in curve.items()]
     entropy = {s: 1.5 - s / 40 + rng.normal(0, 0.05) + (0.2 if alg == "dapo" else 0.0)
                for s in range(31)}
@@ -206,16 +206,16 @@ def test_final_token_entropy_is_mean_of_last_ten_steps_and_paired(store):
     assert paired["dapo"]["Δ final token entropy"].startswith("+0.2")  # dapo's curves sit 0.2 up
 
 
-def test_tool_calls_per_answer_is_mean_of_last_two_evaluations_over_eval_sets(store):
+def test_tool_calls_per_traj_is_mean_of_last_two_evaluations_over_eval_sets(store):
     rows = _rows(store)
     for alg, seeds in SEEDS.items():
         mean, half = _ci([store["runs"][alg, s][1]["tools_last2"] for s in seeds])
-        assert float(rows[alg]["tool_calls_per_answer/final_mean"]) == pytest.approx(mean,
+        assert float(rows[alg]["tool_calls_per_traj/final_mean"]) == pytest.approx(mean,
                                                                                      abs=6e-6)
-        assert float(rows[alg]["tool_calls_per_answer/final_ci95"]) == pytest.approx(half,
+        assert float(rows[alg]["tool_calls_per_traj/final_ci95"]) == pytest.approx(half,
                                                                                      abs=6e-6)
     quality = _md_table(store, "Quality (final)")
-    assert "**" not in quality["grpo"]["tool calls per answer"]
+    assert "**" not in quality["grpo"]["tool calls per trajectory"]
 
 
 def test_baseline_row_has_no_paired_difference(store):

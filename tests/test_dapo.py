@@ -155,6 +155,19 @@ def test_dynamic_sampling_on_shaped_rewards_keeps_all_correct_groups_of_differen
         assert batch.num_groups == kept, metric
 
 
+def test_dapo_filters_groups_on_accuracy_not_on_the_shaped_reward():
+    """The paper's constraint is 0 < |{o_i correct}| < G: an all-correct group whose shaped
+    rewards differ (overlong penalty) carries no accuracy signal and is dropped, by the bundle's
+    yaml and by the strategy's default alike."""
+    algo = build_algorithm(OmegaConf.load(CONF), max_new_tokens=10)
+    for strategy in (algo.rollout, DynamicSampling()):
+        pool = [example(0, "RRRR", [3, 3, 9, 10]), example(1, "RWWW", [3] * 4)]
+        ctx = context(pool, prompts_per_step=1, shape=algo.shape_rewards)
+        batch = strategy(ctx)
+        assert patterns_of(batch) == ["RWWW"]
+        assert ctx.metrics["rollout/gen_batches"] == 2.0  # the RRRR round was discarded
+
+
 def test_dapo_bundle_rollout_gives_shaped_rewards_and_no_zero_advantage_group():
     algo = build_algorithm(OmegaConf.load(CONF), max_new_tokens=10)
     assert isinstance(algo.rollout, DynamicSampling)

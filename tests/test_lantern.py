@@ -12,6 +12,7 @@ from lantern.agent import (
     QLearningAgent,
     Source,
     TransferContext,
+    automaton_values,
     gate,
     teacher_policy,
     trust_exp,
@@ -92,16 +93,17 @@ def test_tau_one_update_equals_alpha_delta_and_tau_zero_ignores_td():
         agent.prepare(_ctx(0, sources), 4)
         agent.q[:] = np.random.default_rng(3).uniform(size=agent.q.shape)
         before = agent.q.copy()
-        g = agent.guidance(10, 0)
+        g = agent.guidance(10, 0, 2, 1.0, 0, False)
         delta = agent.update(10, 0, 2, 1.0, 11, 0, terminal=False)
         change = agent.q[10, 0] - before[10, 0]
         if tau == 1.0:
             assert change[2] == pytest.approx(agent.cfg.alpha * delta)
             assert np.all(change[[0, 1, 3]] == 0)
-        else:  # τ = 0: the same update whatever the reward (TD error ignored)
+        else:  # τ = 0: the update is the guidance, the same whatever the TD error
             np.testing.assert_allclose(change, agent.cfg.alpha * g)
             agent.q[:] = before
-            agent.update(10, 0, 2, -5.0, 11, 0, terminal=True)
+            agent.q[12, 0] = agent.q[11, 0] + 3.0  # another next cell: another δ_t
+            agent.update(10, 0, 2, 1.0, 12, 0, terminal=False)
             np.testing.assert_allclose(agent.q[10, 0] - before[10, 0], agent.cfg.alpha * g)
 
 
@@ -173,6 +175,102 @@ def test_bad_gate_and_weighting_name_the_key_and_valid_values():
         LanternAgent(LanternAgent.Config(gate="or"))
     with pytest.raises(ValueError, match=r"agent.weighting='cosine'.*softmax, linear"):
         LanternAgent(LanternAgent.Config(weighting="cosine"))
+
+
+# -- the agent's wiring: volatilities, the gate, the strategic term ------------------------------
+
+SOURCE_TASK = "get coffee, then go to the office, avoiding decorations"
+
+
+def test_the_agent_gates_each_volatility_in_its_direction():
+    """More experience volatility at (s, ω, a) lowers that action's τ (more teacher); a target
+    state with more semantic volatility gets a higher τ (less teacher)."""
+    same = _random_source("same", TASK, 1)  # identical descriptions: V^sem = 0
+    agent = LanternAgent(LanternAgent.Config(exp_slope=10.0, sem_slope=10.0, sem_offset=0.5))
+    agent.prepare(_ctx(0, [same]), 4)
+    agent.v_exp[10, 0] = [0.0, 0.1, 0.4, 1.0]
+    tau = agent.tau(10, 0)
+    assert np.all(np.diff(tau) < 0)
+    far = _random_source("far", "go to room a, then go to room b", 2)
+    other = LanternAgent(LanternAgent.Config(exp_slope=10.0, sem_slope=10.0, sem_offset=0.5))
+    other.prepare(_ctx(0, [far]), 4)
+    assert other.v_sem[0] > agent.v_sem[0] + 0.3
+    other.v_exp[10, 0] = agent.v_exp[10, 0]
+    assert np.all(other.tau(10, 0) > tau)
+
+
+def test_experience_volatility_is_an_ema_of_the_absolute_td_error():
+    agent = LanternAgent(LanternAgent.Config(v_exp_init=0.2, ema_rate=0.5))
+    agent.prepare(_ctx(0, [_random_source("s", SOURCE_TASK, 3)]), 4)
+    agent.q[11, 0] = 0.0
+    agent.q[10, 0, 1] = 0.8  # r = 0, Q(s') = 0: δ = −0.8 < 0
+    delta = agent.update(10, 0, 1, 0.0, 11, 0, terminal=False)
+    assert delta == pytest.approx(-0.8)
+    assert agent.v_exp[10, 0, 1] == pytest.approx(0.2 + 0.5 * (0.8 - 0.2))
+
+
+def test_automaton_values_are_the_visit_weighted_mean_of_the_source_q():
+    src = _random_source("s", SOURCE_TASK, 4)
+    visits = np.zeros_like(src.q)
+    visits[5, 0, 1], visits[7, 0, 3] = 3, 1
+    weighted = Source("s", src.dfa, src.q, visits)
+    v = automaton_values(weighted)
+    assert v[0] == pytest.approx((3 * src.q[5, 0, 1] + src.q[7, 0, 3]) / 4)
+    assert v[1] == pytest.approx(src.q[:, 1].mean())  # never visited: the plain mean
+
+
+def test_strategic_term_is_automaton_level_and_ignores_the_cell_layout():
+    """Q^agg_AD(ω) = Σ w_k Q_k,AD(ω_k) is a function of the automaton state only: reshuffling a
+    source's cells (another map with the same experience) leaves it unchanged, while the
+    cell-level transplant (the ``cell`` ablation) changes."""
+    src = _random_source("s", SOURCE_TASK, 5)
+    src.visits = np.random.default_rng(6).integers(0, 5, size=src.q.shape).astype(float)
+    perm = np.random.default_rng(7).permutation(src.q.shape[0])
+    moved = Source("moved", src.dfa, src.q[perm], src.visits[perm])
+    agents = {}
+    for name, source in (("orig", src), ("moved", moved)):
+        for strategic in ("automaton", "cell"):
+            a = LanternAgent(LanternAgent.Config(strategic=strategic))
+            a.prepare(_ctx(0, [source]), 4)
+            agents[name, strategic] = a
+    assert LanternAgent.Config().strategic == "automaton"
+    np.testing.assert_allclose(agents["orig", "automaton"].v_agg,
+                               agents["moved", "automaton"].v_agg)
+    assert not np.allclose(agents["orig", "cell"].q_agg, agents["moved", "cell"].q_agg)
+    # the target's "get coffee" state reads the source's "get coffee" state (identical text)
+    a = agents["orig", "automaton"]
+    assert a.v_agg[0] == pytest.approx(automaton_values(src)[0], rel=1e-6)
+
+
+def test_strategic_target_follows_the_automaton_transition_of_the_action_taken():
+    agent = LanternAgent(LanternAgent.Config(strategic_coef=1.0, tactical_coef=0.0))
+    agent.prepare(_ctx(0, [_random_source("s", SOURCE_TASK, 8)]), 4)
+    agent.v_agg[:] = [0.2, 0.5, 0.7, 0.9, 0.4]  # terminal entries must not be read
+    agent.q[10, 0] = [0.1, 0.3, 0.0, 0.0]
+    gamma = agent.cfg.gamma
+    loop = agent.guidance(10, 0, 1, 0.0, 0, False)  # self-loop: ω's own value
+    np.testing.assert_allclose(loop, [0, 0.2 - 0.3, 0, 0])
+    edge = agent.guidance(10, 0, 1, 0.0, 1, False)  # subgoal edge: γ Q_AD(ω')
+    np.testing.assert_allclose(edge, [0, gamma * 0.5 - 0.3, 0, 0])
+    hazard = agent.guidance(10, 0, 0, 0.0, 4, True)  # terminal: the reward only
+    np.testing.assert_allclose(hazard, [-0.1, 0, 0, 0])
+    cell = LanternAgent(LanternAgent.Config(strategic="cell", tactical_coef=0.0))
+    cell.prepare(_ctx(0, [_random_source("s", SOURCE_TASK, 8)]), 4)
+    np.testing.assert_allclose(cell.guidance(10, 0, 1, 0.0, 0, False),
+                               cell.q_agg[10, 0] - cell.q[10, 0])
+
+
+def test_paraphrased_task_sources_share_no_state_description_with_the_target():
+    from lantern.track import build_dfa, compose
+
+    cfg = compose(["task=office_cmo_paraphrased", "tracking.enabled=false"])
+    _, target = build_dfa(cfg, cfg.task.env, cfg.task.description)
+    live = [target.descriptions[q] for q in range(target.n_states)
+            if q not in target.accepting and q not in target.rejecting]
+    for spec in cfg.task.sources:
+        _, dfa = build_dfa(cfg, spec.env, spec.description)
+        assert not set(live) & set(dfa.descriptions)
+    assert cfg.task.alignment == "paraphrased" and cfg.task.env == "office"
 
 
 # -- DFA generation ------------------------------------------------------------------------------

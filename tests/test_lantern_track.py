@@ -8,6 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 from mlflow.tracking import MlflowClient
 
@@ -56,9 +57,24 @@ def test_sweep_logs_runs_skips_finished_cells_and_builds_the_leaderboard(tmp_pat
     csv_text = (tmp_path / "lb" / "office_cmo" / "leaderboard.csv").read_text()
     assert "episodes to threshold" in csv_text
     assert (tmp_path / "lb" / "office_cmo" / "success.png").stat().st_size > 1000
-    assert "office_cmo" in (tmp_path / "lb" / "README.md").read_text()
+    index = (tmp_path / "lb" / "README.md").read_text()
+    assert "office_cmo" in index and "Runs from commit `" in index
     boards = client.search_runs([exp.experiment_id], "tags.`rlbench.kind` = 'leaderboard'")
     assert len(boards) == 1
+
+
+def test_source_training_records_the_experience_its_automaton_values_average_over():
+    from lantern.agent import automaton_values
+    from lantern.track import train_source
+
+    cfg = compose(["tracking.enabled=false", *SMALL])
+    src, _ = train_source(cfg, cfg.task.sources[0])
+    assert src.visits is not None and src.visits.shape == src.q.shape
+    assert src.visits.sum() >= cfg.source.episodes  # one count per step taken
+    values = automaton_values(src)
+    w = int(np.argmax(src.visits.sum(axis=(0, 2))))
+    assert values[w] == pytest.approx((src.q[:, w] * src.visits[:, w]).sum()
+                                      / src.visits[:, w].sum())
 
 
 def test_unknown_agent_exits_2_listing_the_valid_agents(tmp_path):
