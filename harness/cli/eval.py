@@ -116,6 +116,10 @@ def eval_config(overrides: list[str], kind: str, value: str, path: str | None) -
         if mine:
             dotlist = [o.lstrip("+")[len(group) + 1:] for o in mine if not o.startswith("~")]
             node = OmegaConf.merge(node, OmegaConf.from_dotlist(dotlist))
+        if group == "model":  # a typed node: merged into its schema
+            from harness.config import ModelConfig
+
+            node = OmegaConf.merge(OmegaConf.structured(ModelConfig), node)
         OmegaConf.set_struct(cfg, False)
         cfg[group] = node
     return cfg
