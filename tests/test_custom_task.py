@@ -88,7 +88,7 @@ def test_eval_sets_are_named_added_and_dropped_by_config(tmp_path):
 
 
 def test_exactly_one_of_verifier_and_fn(tmp_path):
-    with pytest.raises(ConfigError, match="exactly one of task.reward.verifier"):
+    with pytest.raises(ConfigError, match=r"exactly one of task\.reward\.verifier"):
         custom_task(tmp_path)
     with pytest.raises(ConfigError, match="exactly one of"):
         custom_task(tmp_path, "task.reward.verifier=exact_match",

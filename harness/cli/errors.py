@@ -59,7 +59,8 @@ def _valid_keys(full_key: str, overrides: list[str]) -> list[str]:
     from harness.config import compose_config
 
     parent = full_key.rpartition(".")[0]
-    kept = [o for o in overrides if not o.lstrip("+~").startswith(full_key)]
+    kept = [o for o in overrides if not o.lstrip("+~").startswith(full_key)
+            and "," not in o.partition("=")[2]]  # sweep values do not compose
     try:
         cfg = compose_config(kept)
     except Exception:  # the other overrides are bad too: no list then

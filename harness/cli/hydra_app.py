@@ -10,6 +10,7 @@ end.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import shutil
@@ -225,12 +226,19 @@ def _train_job(cfg: Any) -> Any:
         summary = guarded(trainer.fit)
         outcome = "skipped" if trainer.plan and trainer.plan.action == "skip" else "done"
         return summary
+    except SystemExit as exc:
+        outcome = "bad_input" if exc.code == 2 else "failed"
+        raise
     finally:
         if multirun:
-            _cell_done(outcome)
-        if outcome == "skipped" and trainer is not None and trainer.output_dir != run_dir:
-            # a skipped cell wrote nothing: leave no empty run directory behind
+            _cell_done("failed" if outcome == "bad_input" else outcome)
+        wrote = trainer is not None and trainer.output_dir == run_dir and (
+            run_dir / "checkpoints").exists()
+        if outcome in ("skipped", "bad_input") and not wrote:
+            # nothing of the run is there (the reason was printed): no empty run directory
             shutil.rmtree(run_dir, ignore_errors=True)
+            with contextlib.suppress(OSError):  # and no empty outputs/ either
+                run_dir.parent.rmdir()
 
 
 def _prepare_tracking(cells: list[list[str]]) -> Any:
