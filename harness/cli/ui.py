@@ -44,7 +44,7 @@ def _experiment_id(uri: str, name: str) -> str | None:
     return experiments[0].experiment_id if experiments else None
 
 
-def _ready(url: str, proc: subprocess.Popen, timeout_s: float = 120.0) -> bool:
+def _ready(url: str, proc: subprocess.Popen, timeout_s: float = 600.0) -> bool:
     deadline = time.time() + timeout_s
     while time.time() < deadline and proc.poll() is None:
         with contextlib.suppress(OSError), urllib.request.urlopen(url + "health",
@@ -79,8 +79,10 @@ def cmd_ui(args: argparse.Namespace) -> None:
 
     uri = resolve_tracking_uri(args.uri)
     host = "127.0.0.1"
+    # one worker: a local UI needs no more, and it starts in a fraction of the time of four
     cmd = [sys.executable, "-m", "mlflow", "ui", "--backend-store-uri", uri,
-           "--host", host, "--port", str(args.port)]
+           "--host", host, "--port", str(args.port), "--workers", "1"]
+    print(f"starting the MLflow UI for {uri} on http://{host}:{args.port}/ ...", flush=True)
     proc = subprocess.Popen(cmd, start_new_session=True)
     received: list[int] = []
 
@@ -96,7 +98,7 @@ def cmd_ui(args: argparse.Namespace) -> None:
             raise SystemExit(f"rlbench: error: the MLflow server did not start on port "
                              f"{args.port} (exit {code}); is the port in use? try --port 5001")
         url = landing_url(host, args.port, _experiment_id(uri, args.experiment))
-        print(f"MLflow UI for {uri}\n  runs: {url}\n  (Ctrl-C to stop)", flush=True)
+        print(f"MLflow UI ready\n  runs: {url}\n  (Ctrl-C to stop)", flush=True)
         raise SystemExit(proc.wait())
     except KeyboardInterrupt:
         stop_group(proc)
