@@ -5,7 +5,7 @@ the :class:`Config` schema registered here, so Hydra rejects an unknown key or a
 ``model``, ``backend``, ``trainer``, ``data``, ``rollout`` and ``tracking`` naming the key.
 ``algorithm`` and ``task`` are open at the schema level because each registered algorithm/task
 declares its own knobs; :func:`validate_config` checks them against those declarations before
-anything runs. Canonical keys (DESIGN.md): ``seed``, ``algorithm``, ``task``, ``model``,
+anything runs. Canonical keys (docs/design.md): ``seed``, ``algorithm``, ``task``, ``model``,
 ``backend``, ``trainer.steps``, ``trainer.eval_every``, ``data.prompts_per_step``, ``rollout.n``,
 ``rollout.temperature``, ``rollout.max_new_tokens``, ``tracking.uri``, ``tracking.experiment``.
 """

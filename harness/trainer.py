@@ -1,4 +1,4 @@
-"""The RL training loop (DESIGN.md, "The data flow of one training step").
+"""The RL training loop (docs/design.md, "The data flow of one training step").
 
     batch = algorithm.rollout(ctx)                  time/gen, time/reward
     batch["old_logprobs"] = engine.logprobs(batch)  time/old_logprob   (verl recomputes)
