@@ -80,7 +80,8 @@ def source_tags() -> dict[str, str]:
     from harness.manifest import git_state
 
     tags = {"mlflow.source.type": "LOCAL",
-            "mlflow.source.name": " ".join(["rlbench", *sys.argv[1:]])[:500]}
+            "mlflow.source.name": os.environ.get(
+                "RLBENCH_COMMAND", " ".join([Path(sys.argv[0]).name, *sys.argv[1:]]))[:500]}
     with contextlib.suppress(KeyError, OSError):
         tags["mlflow.user"] = getpass.getuser()
     git = git_state()

@@ -72,7 +72,7 @@ def test_ui_lands_on_the_runs_and_sigterm_leaves_no_server_process(tmp_path: Pat
         assert server, "no server processes under rlbench ui"
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(timeout=60) == 128 + signal.SIGTERM
-        gone, alive = psutil.wait_procs(server, timeout=30)
+        _, alive = psutil.wait_procs(server, timeout=30)
         assert not alive, f"server processes left: {[p.pid for p in alive]}"
         with socket.socket() as s:  # nothing serves the port any more
             assert s.connect_ex(("127.0.0.1", port)) != 0

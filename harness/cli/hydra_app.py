@@ -280,15 +280,17 @@ def run(command: str, args: list[str]) -> None:
         done = [p.suffix for p in Path(markers).iterdir()]
         shutil.rmtree(markers, ignore_errors=True)
         elapsed = format_seconds(time.time() - float(os.environ[START_ENV]))
-        log.info("sweep finished in %s: %d/%d cells (%d trained, %d skipped as FINISHED, "
-                 "%d failed)", elapsed, len(done), len(cells), done.count(".done"),
-                 done.count(".skipped"), done.count(".failed"))
+        # printed, not logged: Hydra's job logging of the last cell owns the handlers by now
+        lines = [f"sweep finished in {elapsed}: {len(done)}/{len(cells)} cells "
+                 f"({done.count('.done')} trained, {done.count('.skipped')} skipped as "
+                 f"FINISHED, {done.count('.failed')} failed)"]
         if cfg.tracking.enabled:
             from harness.tracking import resolve_tracking_uri
 
-            log.info("  MLflow: %s (experiment %r); leaderboards: rlbench board --experiment "
-                     "%s; browse: rlbench ui", resolve_tracking_uri(cfg.tracking.uri),
-                     cfg.tracking.experiment, cfg.tracking.experiment)
+            lines.append(f"  MLflow: {resolve_tracking_uri(cfg.tracking.uri)} (experiment "
+                         f"{cfg.tracking.experiment!r}); leaderboards: rlbench board "
+                         f"--experiment {cfg.tracking.experiment}; browse: rlbench ui")
+        print("\n".join(lines), file=sys.stderr, flush=True)
 
 
 def _flag_args(flags: dict[str, str | None]) -> list[str]:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import logging
 import os
+import shlex
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -166,6 +167,8 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> None:
     argv = list(sys.argv[1:] if argv is None else argv)
     quiet_third_parties()
+    # the command as typed, for MLflow's mlflow.source.name (Hydra rewrites sys.argv)
+    os.environ.setdefault("RLBENCH_COMMAND", shlex.join(["rlbench", *argv]))
     if argv and argv[0] in HYDRA_COMMANDS:
         _hydra_command(argv[0], argv[1:])
         return
