@@ -207,8 +207,9 @@ class Tracker:
                     (target / f.name).symlink_to(f.resolve())
             _retry(self.client.log_artifacts, self.run_id, str(target), "model")
 
-    def start_system_metrics(self) -> None:
-        """MLflow's system metrics monitor (CPU, memory, disk, network, GPU) on this run."""
+    def start_system_metrics(self, interval_s: float = 10.0) -> None:
+        """MLflow's system metrics monitor (CPU, memory, disk, network, GPU) on this run, one
+        sample every ``interval_s`` seconds."""
         if not self.enabled or self._system_monitor is not None:
             return
         try:
@@ -218,7 +219,8 @@ class Tracker:
 
             raise ConfigError("tracking.system_metrics=true needs psutil (pip install psutil), "
                               f"or set tracking.system_metrics=false ({exc})") from None
-        self._system_monitor = SystemMetricsMonitor(self.run_id, tracking_uri=self.uri)
+        self._system_monitor = SystemMetricsMonitor(self.run_id, sampling_interval=interval_s,
+                                                    tracking_uri=self.uri)
         self._system_monitor.start()
 
     def end(self, status: str) -> None:

@@ -111,9 +111,9 @@ def test_a_user_function_gets_the_batch_and_its_scores_become_rewards(tmp_path):
     """
     task = custom_task(tmp_path, "task.reward.workers=1", fn=fn)
     exs = task.train_examples()
-    scores = task.verify_batch(exs, ["3", "7", "5", " "])
+    scores = task.verify_batch(exs, ["3", "7", "4", " "])
     assert [s.reward for s in scores] == [1.0, 1.0, 0.5, 0.0]
-    assert [s.correct for s in scores] == [True, True, False, False]
+    assert [s.correct for s in scores] == [True, True, True, False]  # the dict's own verdict
     assert [s.parsed for s in scores] == [True, True, True, False]
     task.reward.pool.close()
 
