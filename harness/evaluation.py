@@ -75,11 +75,11 @@ def evaluate_set(
         size = getattr(engine, "gen_batch_size", 0) or 0
         step = max(1, size // proto.n) if size > 0 else max(1, len(prompt_ids))
         trajs = []
-        for start in range(0, len(prompt_ids), step):
-            trajs += engine.generate(prompt_ids[start : start + step], params,
+        for first in range(0, len(prompt_ids), step):
+            trajs += engine.generate(prompt_ids[first : first + step], params,
                                      generator=generator)
             if progress is not None:
-                progress.update(len(prompt_ids[start : start + step]))
+                progress.update(len(prompt_ids[first : first + step]))
     owners = [examples[i // proto.n] for i in range(len(trajs))]
     scores = task.verify_batch(owners, [t.text for t in trajs])
     n = proto.n

@@ -76,3 +76,45 @@ def test_the_engine_never_imports_the_cli_package():
         if re.search(r"^\s*(from|import)\s+harness\.cli\b", path.read_text(), re.MULTILINE):
             offenders.append(str(path.relative_to(ROOT)))
     assert not offenders
+
+
+def test_evaluation_runs_in_the_engines_batches_and_times_each_set(tmp_path):
+    """Evaluation calls generate in the engine's own generation batches (progress between
+    them), and time/eval_<set> is the set's own duration."""
+
+    from harness.evaluation import evaluate
+    from harness.task import EvalProtocol, EvalSet
+    from harness.types import Example, Score, Trajectory
+
+    class Engine:
+        device = "cpu"
+        gen_batch_size = 8  # 2 prompts x 4 samples per call
+
+        def __init__(self):
+            self.calls = []
+
+        def encode_prompt(self, ex):
+            return [int(ex.id)]
+
+        def generate(self, prompts, params, generator=None):
+            self.calls.append(len(prompts))
+            return [Trajectory(prompt_ids=p, response_ids=[1], text=str(p[0]))
+                    for p in prompts for _ in range(params.n)]
+
+    class Task:
+        def tool_env(self):
+            return None
+
+        def eval_sets(self):
+            return [EvalSet("s", [Example(str(i), "") for i in range(5)],
+                            EvalProtocol(n=4, k=[1]))]
+
+        def verify_batch(self, examples, responses):
+            return [Score(float(r == "0"), r == "0", True) for r in responses]
+
+    engine = Engine()
+    start = time.perf_counter()
+    metrics, _ = evaluate(engine, Task(), seed=0, step=0)
+    assert engine.calls == [2, 2, 1]
+    assert metrics["eval/s/pass_at_1"] == 0.2
+    assert 0 <= metrics["time/eval_s"] <= time.perf_counter() - start
