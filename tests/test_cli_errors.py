@@ -72,6 +72,10 @@ def test_cfg_job_prints_the_config_of_train_and_of_every_sweep_cell(tmp_path, cl
     assert out.stdout.split() == ["#", "cell", "1/2:", "seed=3", "3", "#", "cell", "2/2:",
                                   "seed=4", "4"]
     assert not (tmp_path / "outputs").exists() and not (tmp_path / "multirun").exists()
+    out = subprocess.run([*RLBENCH, "train", "--cfg", "all", "--resolve"], env=cli_env,
+                         cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0 and "Traceback" not in out.stderr, out.stderr[-2000:]
+    assert "\nhydra:\n" in out.stdout and "seed: 0" in out.stdout
 
 
 def test_help_is_plain_text_and_train_help_lists_the_config_groups(tmp_path, cli_env):

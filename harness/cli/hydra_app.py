@@ -157,8 +157,17 @@ def print_cfg(cells: list[list[str]], flags: dict[str, str | None]) -> None:
                 fail(f"--package {package}: no such node in the config")
         if len(cells) > 1:
             print(f"# cell {k}/{len(cells)}: {' '.join(cell)}")
-        text = OmegaConf.to_yaml(cfg, resolve="--resolve" in flags) if OmegaConf.is_config(
-            cfg) else f"{cfg}\n"
+        resolve = "--resolve" in flags
+        if not OmegaConf.is_config(cfg):
+            text = f"{cfg}\n"
+        elif resolve and "hydra" in cfg:
+            # Hydra's own part refers to run-time values (job number, output dir) that exist
+            # only inside a run: it is shown as written, the rest resolved
+            job = OmegaConf.masked_copy(cfg, [k for k in cfg if k != "hydra"])
+            text = (OmegaConf.to_yaml(job, resolve=True) if len(job) else "") + \
+                OmegaConf.to_yaml(OmegaConf.create({"hydra": cfg.hydra}))
+        else:
+            text = OmegaConf.to_yaml(cfg, resolve=resolve)
         print(text, end="" if text.endswith("\n") else "\n")
 
 
