@@ -19,7 +19,7 @@ from tests.test_cli import QUIET_RUN, RLBENCH, rlbench
 RUN = [*QUIET_RUN, "trainer.steps=24", "trainer.eval_every=8", "trainer.checkpoint_every=8",
        "trainer.status_every=0"]
 # Metrics that measure the machine rather than the computation.
-MACHINE = ("time/", "final/wall_s", "final/time_", "final/peak_mem_mb")
+MACHINE = ("time/", "final/wall_s", "final/warm_start_s", "final/time_", "final/peak_mem_mb")
 
 
 def _env(base: dict[str, str], tmp: Path, name: str) -> dict[str, str]:
