@@ -32,8 +32,9 @@ def save_checkpoint(engine: Any, output_dir: Path, step: int, state: dict[str, A
     return final
 
 
-def latest_checkpoint(path: Path) -> Path:
-    """``path`` may be a checkpoint dir, a ``checkpoints`` dir or a run's output dir."""
+def latest_checkpoint(path: Path, key: str = "trainer.resume") -> Path:
+    """``path`` may be a checkpoint dir, a ``checkpoints`` dir or a run's output dir; ``key``
+    names the config key that gave it, in the error."""
     path = Path(path)
     if (path / "trainer_state.json").exists():
         return path
@@ -44,6 +45,16 @@ def latest_checkpoint(path: Path) -> Path:
             if (candidate / "trainer_state.json").exists():
                 return candidate
     raise FileNotFoundError(
-        f"trainer.resume={str(path)!r}: no checkpoint there (expected a step_* directory with "
+        f"{key}={str(path)!r}: no checkpoint there (expected a step_* directory with "
         "trainer_state.json, or an output dir containing checkpoints/latest)"
     )
+
+
+def prune_checkpoints(output_dir: Path, keep: int) -> list[Path]:
+    """Delete all but the newest ``keep`` checkpoints of a finished run (``latest`` is among the
+    kept ones); returns the deleted directories."""
+    root = Path(output_dir) / "checkpoints"
+    doomed = sorted(root.glob("step_*"))[:-keep] if keep > 0 else []
+    for old in doomed:
+        shutil.rmtree(old, ignore_errors=True)
+    return doomed

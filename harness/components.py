@@ -78,5 +78,10 @@ def build(registry: Registry, node: Any, path: str, **extra: Any) -> Any:
     cls = registry.get(name)
     params = validate(schema_of(cls), node, path)
     if getattr(cls, "Config", None) is not None:
-        return cls(params, **extra)
+        try:
+            return cls(params, **extra)
+        except ConfigError:
+            raise
+        except ValueError as exc:  # a component rejecting its own config: bad input, exit 2
+            raise ConfigError(str(exc)) from exc
     return params if not extra else dataclasses.replace(params, **extra)

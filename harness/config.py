@@ -5,7 +5,7 @@ the :class:`Config` schema registered here, so Hydra rejects an unknown key or a
 ``model``, ``backend``, ``trainer``, ``data``, ``rollout`` and ``tracking`` naming the key.
 ``algorithm`` and ``task`` are open at the schema level because each registered algorithm/task
 declares its own knobs; :func:`validate_config` checks them against those declarations before
-anything runs. Canonical keys (DESIGN.md): ``seed``, ``algorithm``, ``task``, ``model``,
+anything runs. Canonical keys (docs/design.md): ``seed``, ``algorithm``, ``task``, ``model``,
 ``backend``, ``trainer.steps``, ``trainer.eval_every``, ``data.prompts_per_step``, ``rollout.n``,
 ``rollout.temperature``, ``rollout.max_new_tokens``, ``tracking.uri``, ``tracking.experiment``.
 """
@@ -13,12 +13,18 @@ anything runs. Canonical keys (DESIGN.md): ``seed``, ``algorithm``, ``task``, ``
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from importlib.metadata import entry_points
+from pathlib import Path
 from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
 from harness.components import ConfigError, schema_of, validate
 from harness.registry import BACKENDS, MODELS, TASKS
+
+CONF_DIR = Path(__file__).resolve().parents[1] / "conf"
+# model sources built locally from a recipe: their weights never come from ``model.path``
+LOCAL_MODEL_SOURCES = ("tiny", "tiny_vlm")
 
 
 @dataclass
@@ -135,6 +141,7 @@ class TrainerConfig:
     eval_every: int = 50
     eval_at_start: bool = True
     checkpoint_every: int = 100
+    keep_checkpoints: int = 1  # checkpoints left once the run FINISHED (0 = keep every one)
     output_dir: str | None = None  # null: Hydra's run dir (or ./outputs/<run name>)
     # auto: continue this cell's unfinished run from its checkpoint if it left one
     # (harness/cells.py); true: insist on that; false: always start afresh; else a checkpoint
@@ -174,7 +181,10 @@ class TrackingConfig:
     experiment: str = "rlbench"
     run_name: str | None = None
     enabled: bool = True
-    log_samples: int = 8  # sample rollouts saved (jsonl artifact) per evaluation
+    log_samples: int = 8  # sample rollouts saved (an MLflow table) per evaluation
+    log_datasets: bool = True  # train pool and eval sets as MLflow dataset inputs (log_input)
+    system_metrics: bool = False  # MLflow's system metrics (CPU, memory, GPU) every 10 s
+    log_model: bool = False  # the final weights as the run's artifact "model" (HF format)
     tags: dict[str, str] = field(default_factory=dict)
 
 
@@ -189,6 +199,29 @@ class Config:
     data: DataConfig = field(default_factory=DataConfig)
     rollout: RolloutConfig = field(default_factory=RolloutConfig)
     tracking: TrackingConfig = field(default_factory=TrackingConfig)
+
+
+def plugin_searchpath() -> list[str]:
+    """Config packages of installed plugins (entry-point group ``rlbench.conf``, values such as
+    ``my_plugin.conf``), so a plugin's ``algorithm/<name>.yaml`` joins the config groups."""
+    return sorted(f"pkg://{ep.value}" for ep in entry_points(group="rlbench.conf"))
+
+
+def with_searchpath(overrides: list[str]) -> list[str]:
+    paths = plugin_searchpath()
+    if not paths or any(o.startswith("hydra.searchpath") for o in overrides):
+        return overrides
+    return [*overrides, f"hydra.searchpath=[{','.join(paths)}]"]
+
+
+def compose_config(overrides: list[str], return_hydra_config: bool = False) -> Any:
+    """The resolved config for ``overrides`` through Hydra's compose API (no run dir)."""
+    from hydra import compose, initialize_config_dir
+
+    register_schema()
+    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
+        return compose("config", overrides=with_searchpath(overrides),
+                       return_hydra_config=return_hydra_config)
 
 
 def register_schema() -> None:
@@ -233,6 +266,11 @@ def validate_config(cfg: DictConfig) -> None:
             if not torch.cuda.is_available() and not cpu_mode:
                 raise ConfigError(f"{key}={name!r} needs a CUDA GPU and none is visible; "
                                   "on this machine use backend=hf")
+    if cfg.model.source in LOCAL_MODEL_SOURCES and cfg.model.path:
+        raise ConfigError(
+            f"model.path={cfg.model.path!r} is not read by model={cfg.model.name} (source "
+            f"{cfg.model.source!r}: built locally): to train the model at that path, add "
+            "model=hf")
     for key in ("trainer.steps", "data.prompts_per_step", "rollout.n", "trainer.epochs"):
         if OmegaConf.select(cfg, key) < 1:
             raise ConfigError(f"{key} must be >= 1, got {OmegaConf.select(cfg, key)}")

@@ -19,7 +19,9 @@ from typing import Any
 import numpy as np
 import torch
 
+from harness.components import ConfigError
 from harness.multiturn import generate_multiturn
+from harness.progress import Progress
 from harness.task import EvalSet, Task
 from harness.types import SamplingParams
 
@@ -43,8 +45,18 @@ def majority_correct(keys: list[Any], correct: list[bool]) -> bool:
     return any(c for k, c in zip(keys, correct) if k == winner)
 
 
+def check_eval_sets(task: Task) -> None:
+    """An eval set without problems has no pass@k (the mean of nothing): refuse it up front."""
+    for eval_set in task.eval_sets():
+        if not eval_set.examples:
+            raise ConfigError(
+                f"eval set {eval_set.name!r} of task={task.name} has no problems (an empty file, "
+                f"or limit=0?): give it data, or drop it (~task.<section>.eval.{eval_set.name})")
+
+
 def evaluate_set(
-    engine: Any, task: Task, eval_set: EvalSet, generator: torch.Generator, samples_to_keep: int = 0
+    engine: Any, task: Task, eval_set: EvalSet, generator: torch.Generator,
+    samples_to_keep: int = 0, progress: Progress | None = None,
 ) -> tuple[dict[str, float], list[dict[str, Any]]]:
     proto = eval_set.protocol
     examples = eval_set.examples
@@ -54,9 +66,20 @@ def evaluate_set(
     env = task.tool_env()
     if env is not None:  # multi-turn: the same tool loop as training rollouts
         trajs = generate_multiturn(engine, examples, params, env, generator=generator)
+        if progress is not None:
+            progress.update(len(examples))
     else:
         prompt_ids = [engine.encode_prompt(ex) for ex in examples]
-        trajs = engine.generate(prompt_ids, params, generator=generator)
+        # in the engine's own generation batches (so the samples are those of one call), each
+        # one a step of the progress display
+        size = getattr(engine, "gen_batch_size", 0) or 0
+        step = max(1, size // proto.n) if size > 0 else max(1, len(prompt_ids))
+        trajs = []
+        for first in range(0, len(prompt_ids), step):
+            trajs += engine.generate(prompt_ids[first : first + step], params,
+                                     generator=generator)
+            if progress is not None:
+                progress.update(len(prompt_ids[first : first + step]))
     owners = [examples[i // proto.n] for i in range(len(trajs))]
     scores = task.verify_batch(owners, [t.text for t in trajs])
     n = proto.n
@@ -105,17 +128,22 @@ def evaluate_set(
 
 
 def evaluate(
-    engine: Any, task: Task, seed: int, step: int, samples_to_keep: int = 0
+    engine: Any, task: Task, seed: int, step: int, samples_to_keep: int = 0,
+    desc: str = "eval",
 ) -> tuple[dict[str, float], list[dict[str, Any]]]:
     """Every eval set of ``task``; the sampling seed depends on (seed, step) only, so an
-    evaluation is reproducible and independent of how training consumed random numbers."""
+    evaluation is reproducible and independent of how training consumed random numbers.
+    Progress (problems done of all sets) shows as ``desc``."""
     generator = torch.Generator(engine.device).manual_seed(1_000_003 * (seed + 1) + step)
     metrics: dict[str, float] = {}
     samples: list[dict[str, Any]] = []
     start = time.perf_counter()
-    for eval_set in task.eval_sets():
-        m, s = evaluate_set(engine, task, eval_set, generator, samples_to_keep)
-        metrics.update(m)
-        samples.extend(s)
+    sets = task.eval_sets()
+    with Progress(sum(len(es.examples) for es in sets), desc, unit="problems",
+                  final_line=False) as progress:
+        for eval_set in sets:
+            m, s = evaluate_set(engine, task, eval_set, generator, samples_to_keep, progress)
+            metrics.update(m)
+            samples.extend(s)
     metrics["time/eval"] = time.perf_counter() - start
     return metrics, samples

@@ -27,9 +27,11 @@ def git_state(repo: Path | None = None) -> dict[str, Any]:
     try:
         commit = run("rev-parse", "HEAD")
         dirty = bool(run("status", "--porcelain", "--untracked-files=no"))
+        branch = run("rev-parse", "--abbrev-ref", "HEAD")
     except (OSError, subprocess.SubprocessError):
-        return {"commit": None, "dirty": None}
-    return {"commit": commit or None, "dirty": dirty if commit else None}
+        return {"commit": None, "dirty": None, "branch": None}
+    return {"commit": commit or None, "dirty": dirty if commit else None,
+            "branch": branch if commit and branch != "HEAD" else None}
 
 
 def package_versions() -> dict[str, str | None]:

@@ -144,6 +144,13 @@ TASKS: Registry = Registry("task", entry_point_group="rlbench.tasks")
 ADVANTAGES: Registry = Registry("advantage estimator", entry_point_group="rlbench.algorithms")
 POLICY_LOSSES: Registry = Registry("policy loss", entry_point_group="rlbench.algorithms")
 ROLLOUTS: Registry = Registry("rollout strategy", entry_point_group="rlbench.algorithms")
+# Reward rules by name (``task=custom task.reward.verifier=<name>``): factories
+# ``(options: dict) -> verify_batch(examples, responses) -> list[Score]``. The engine's own (math,
+# exact_match) live in harness.verifiers; tasks register theirs (countdown, code_tests), found
+# through the tasks' entry-point group, so a task never imports another task.
+VERIFIERS: Registry = Registry("verifier", entry_point_group="rlbench.tasks")
+VERIFIERS.register("math", "harness.verifiers:MathVerifier")
+VERIFIERS.register("exact_match", "harness.verifiers:ExactMatchVerifier")
 BACKENDS: Registry = Registry("backend")
 MODELS: Registry = Registry("model")
 # Tracks outside the LLM training loop (``rlbench train|sweep track=<name>``, ``rlbench board
@@ -171,6 +178,10 @@ def register_policy_loss(name: str) -> Callable[[T], T]:
 
 def register_rollout(name: str) -> Callable[[T], T]:
     return ROLLOUTS.register(name)
+
+
+def register_verifier(name: str) -> Callable[[T], T]:
+    return VERIFIERS.register(name)
 
 
 def register_backend(name: str) -> Callable[[T], T]:

@@ -4,10 +4,21 @@ The tracking URI is ``tracking.uri`` when set, else ``$MLFLOW_TRACKING_URI`` (ML
 convention), else a SQLite file ``mlruns.db`` in the working directory (embedded, no server).
 Params are the flattened resolved config; metrics are logged in batches (one call per step);
 a run always ends with a status: FINISHED, FAILED or KILLED (Ctrl-C / SIGTERM), never RUNNING.
+
+What MLflow users expect besides: the source tags MLflow's own fluent API sets
+(``mlflow.source.name``, ``mlflow.source.type``, ``mlflow.source.git.commit`` / ``.branch`` /
+``.dirty``, ``mlflow.user``); the train pool and every eval set as dataset inputs
+(``log_input``: name, digest, size; context ``train`` / ``eval``); evaluation samples as MLflow
+tables (the UI's artifact table view); optionally MLflow's system metrics
+(``tracking.system_metrics``, needs psutil) and the final weights as the artifact ``model``
+(``tracking.log_model``). Experiments are created tagged as model-development experiments,
+so MLflow 3's UI opens them on the runs view rather than the GenAI traces view.
 """
 
 from __future__ import annotations
 
+import contextlib
+import hashlib
 import json
 import os
 import tempfile
@@ -18,6 +29,7 @@ from typing import Any
 from harness.config import flatten
 
 MAX_PARAM_VALUE = 6000
+EXPERIMENT_KIND = ("mlflow.experimentKind", "custom_model_development")
 
 
 def resolve_tracking_uri(uri: str | None) -> str:
@@ -39,7 +51,8 @@ def get_or_create_experiment(client: Any, name: str, tracking_uri: str) -> str:
         db = Path(tracking_uri[len("sqlite:///") :])
         location = (db.parent / "mlartifacts" / name).resolve().as_uri()
     try:
-        return client.create_experiment(name, artifact_location=location)
+        return client.create_experiment(name, artifact_location=location,
+                                        tags=dict([EXPERIMENT_KIND]))
     except Exception:  # a parallel job created it first
         exp = client.get_experiment_by_name(name)
         if exp is None:
@@ -59,6 +72,27 @@ def _retry(fn: Any, *args: Any, **kwargs: Any) -> Any:
     return None
 
 
+def source_tags() -> dict[str, str]:
+    """MLflow's source tags for a run started from this process (as ``mlflow.start_run``)."""
+    import getpass
+    import sys
+
+    from harness.manifest import git_state
+
+    tags = {"mlflow.source.type": "LOCAL",
+            "mlflow.source.name": os.environ.get(
+                "RLBENCH_COMMAND", " ".join([Path(sys.argv[0]).name, *sys.argv[1:]]))[:500]}
+    with contextlib.suppress(KeyError, OSError):
+        tags["mlflow.user"] = getpass.getuser()
+    git = git_state()
+    if git.get("commit"):
+        tags["mlflow.source.git.commit"] = git["commit"]
+        tags["rlbench.git_dirty"] = str(bool(git.get("dirty"))).lower()
+    if git.get("branch"):
+        tags["mlflow.source.git.branch"] = git["branch"]
+    return tags
+
+
 class Tracker:
     """A thin wrapper over ``MlflowClient`` for one run (no global MLflow state)."""
 
@@ -68,6 +102,7 @@ class Tracker:
         self.experiment = experiment
         self.run_id: str | None = None
         self._ended = False
+        self._system_monitor: Any = None
         if enabled:
             from mlflow.tracking import MlflowClient
 
@@ -81,7 +116,8 @@ class Tracker:
             self.run_id = run_id
             _retry(self.client.update_run, run_id, status="RUNNING")
             return
-        run = _retry(self.client.create_run, self.experiment_id, run_name=run_name, tags=tags)
+        run = _retry(self.client.create_run, self.experiment_id, run_name=run_name,
+                     tags={**source_tags(), **tags})
         self.run_id = run.info.run_id
 
     def log_params(self, config: Any) -> None:
@@ -120,9 +156,79 @@ class Tracker:
     def log_jsonl(self, rows: list[dict[str, Any]], artifact_path: str) -> None:
         self.log_text("".join(json.dumps(r, default=str) + "\n" for r in rows), artifact_path)
 
+    def log_table(self, rows: list[dict[str, Any]], artifact_path: str) -> None:
+        """Rows as an MLflow table artifact (``.json``; the UI shows it as a table)."""
+        if not self.enabled or not rows:
+            return
+        columns: dict[str, list[Any]] = {k: [] for k in rows[0]}
+        for row in rows:
+            for k in columns:
+                value = row.get(k)
+                columns[k].append(value if isinstance(value, (str, int, float, bool))
+                                  or value is None else json.dumps(value, default=str))
+        _retry(self.client.log_table, self.run_id, columns, artifact_path)
+
+    def log_datasets(self, task: Any) -> None:
+        """The train pool and each eval set as MLflow dataset inputs (name, digest, size)."""
+        if not self.enabled:
+            return
+        from mlflow.entities import Dataset, DatasetInput, InputTag
+
+        from harness.task import _example_bytes
+
+        def entity(name: str, examples: list[Any]) -> Dataset:
+            h = hashlib.sha256()
+            for ex in examples:
+                h.update(_example_bytes(ex))
+            source = json.dumps({"task": task.name,
+                                 "variant": str(getattr(task.config, "variant", ""))})
+            profile = json.dumps({"num_rows": len(examples)})
+            return Dataset(name=name, digest=h.hexdigest()[:16], source_type="code",
+                           source=source, profile=profile)
+
+        inputs = [DatasetInput(entity(f"{task.name}/train", task.train_examples()),
+                               [InputTag("mlflow.data.context", "train")])]
+        inputs += [DatasetInput(entity(f"{task.name}/{es.name}", es.examples),
+                                [InputTag("mlflow.data.context", "eval")])
+                   for es in task.eval_sets()]
+        _retry(self.client.log_inputs, self.run_id, datasets=inputs)
+
+    def log_model_dir(self, checkpoint: Path) -> None:
+        """The model files of a checkpoint (Hugging Face format: weights, config, tokenizer) as
+        the artifact ``model``, loadable with ``from_pretrained`` after download."""
+        if not self.enabled:
+            return
+        with tempfile.TemporaryDirectory() as tmp:
+            target = Path(tmp) / "model"
+            target.mkdir()
+            for f in Path(checkpoint).iterdir():
+                if f.is_file() and f.name != "trainer_state.json" and not f.name.startswith(
+                        ("optimizer", "scheduler", "rng", "engine_state")):
+                    (target / f.name).symlink_to(f.resolve())
+            _retry(self.client.log_artifacts, self.run_id, str(target), "model")
+
+    def start_system_metrics(self, interval_s: float = 10.0) -> None:
+        """MLflow's system metrics monitor (CPU, memory, disk, network, GPU) on this run, one
+        sample every ``interval_s`` seconds."""
+        if not self.enabled or self._system_monitor is not None:
+            return
+        try:
+            from mlflow.system_metrics.system_metrics_monitor import SystemMetricsMonitor
+        except ImportError as exc:
+            from harness.components import ConfigError
+
+            raise ConfigError("tracking.system_metrics=true needs psutil (pip install psutil), "
+                              f"or set tracking.system_metrics=false ({exc})") from None
+        self._system_monitor = SystemMetricsMonitor(self.run_id, sampling_interval=interval_s,
+                                                    tracking_uri=self.uri)
+        self._system_monitor.start()
+
     def end(self, status: str) -> None:
         """FINISHED | FAILED | KILLED. Idempotent."""
         if not self.enabled or self.run_id is None or self._ended:
             return
         self._ended = True
+        if self._system_monitor is not None:
+            self._system_monitor.finish()
+            self._system_monitor = None
         _retry(self.client.set_terminated, self.run_id, status=status)

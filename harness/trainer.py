@@ -1,4 +1,4 @@
-"""The RL training loop (DESIGN.md, "The data flow of one training step").
+"""The RL training loop (docs/design.md, "The data flow of one training step").
 
     batch = algorithm.rollout(ctx)                  time/gen, time/reward
     batch["old_logprobs"] = engine.logprobs(batch)  time/old_logprob   (verl recomputes)
@@ -32,11 +32,11 @@ from __future__ import annotations
 import contextlib
 import functools
 import json
+import logging
 import os
 import random
 import resource
 import signal
-import sys
 import time
 from collections import defaultdict
 from pathlib import Path
@@ -49,10 +49,10 @@ from omegaconf import DictConfig, OmegaConf
 from harness.algorithm import Algorithm, build_algorithm
 from harness.batch import RolloutBatch
 from harness.cells import HASH_TAG, CellPlan, plan_cell
-from harness.checkpoint import save_checkpoint
+from harness.checkpoint import prune_checkpoints, save_checkpoint
 from harness.components import ConfigError, build
 from harness.config import validate_config
-from harness.evaluation import evaluate
+from harness.evaluation import check_eval_sets, evaluate
 from harness.manifest import build_manifest
 from harness.registry import BACKENDS, MODELS, TASKS
 from harness.rollout import PromptSampler, RolloutContext, on_policy_rows, rollout_metrics
@@ -60,6 +60,8 @@ from harness.rollout_correction import apply_rollout_correction
 from harness.task import Task
 from harness.tracking import Tracker
 from harness.types import SamplingParams
+
+log = logging.getLogger("rlbench")
 
 
 class RunInterrupted(BaseException):
@@ -102,6 +104,10 @@ class Trainer:
         self.stage_totals: dict[str, float] = defaultdict(float)
         self.peak_mem_mb = 0.0
         self.wall_offset = 0.0
+        self.warm_start_s = 0.0  # resolving (building, warm-starting) the model: not wall_s
+        self.last_checkpoint: Path | None = None
+        self._t_start = time.perf_counter()  # fit() restarts it; setup() moves it past the
+        self._first_step = 0                 # warm start
         self.plan: CellPlan | None = None
         self.eval_history: list[dict[str, float]] = []
         self._stop_signal: int | None = None
@@ -122,7 +128,12 @@ class Trainer:
         seed_everything(cfg.seed)
         if cfg.backend.threads > 0:
             torch.set_num_threads(cfg.backend.threads)
+        if cfg.trainer.eval_every > 0:
+            check_eval_sets(self.task)
+        t0 = time.perf_counter()
         self.model_path = MODELS.get(cfg.model.source)(cfg.model, self.task)
+        self.warm_start_s = time.perf_counter() - t0
+        self._t_start += self.warm_start_s  # the run's own wall time starts after it
         self.separate_engines = cfg.backend.rollout != cfg.backend.train
         if self.separate_engines:
             # the rollout engine first: vLLM sizes its memory from what is free when it starts
@@ -168,6 +179,12 @@ class Trainer:
             manifest = build_manifest(cfg, self.task.dataset_hash(), self.model_path)
             self.tracker.log_json(manifest, "manifest.json")
             self.tracker.log_text(OmegaConf.to_yaml(cfg, resolve=True), "config.yaml")
+            if cfg.tracking.log_datasets:
+                self.tracker.log_datasets(self.task)
+        if cfg.tracking.system_metrics:
+            self.tracker.start_system_metrics()
+        log.info("[%s] run %s, MLflow %s, output %s", self.run_name, self.tracker.run_id,
+                 self.tracker.uri if self.tracker.enabled else "off", self.output_dir)
         return self.plan
 
     def _load_resume(self, plan: CellPlan) -> dict[str, Any]:
@@ -191,7 +208,7 @@ class Trainer:
             np.random.set_state((kind, np.asarray(keys, dtype=np.uint32), pos, has_gauss, gauss))
         if plan.run_id is None:
             plan.run_id = state.get("run_id")
-        print(f"[rlbench] resuming {plan.reason}: from step {self.step}", file=sys.stderr)
+        log.info("[%s] resuming %s: from step %d", self.run_name, plan.reason, self.step)
         return state
 
     # -- one step -------------------------------------------------------------------------------
@@ -337,12 +354,13 @@ class Trainer:
     # -- evaluation, checkpoints, the loop ------------------------------------------------------
     def run_eval(self) -> dict[str, float]:
         metrics, samples = evaluate(self.rollout_engine, self.task, self.cfg.seed, self.step,
-                                    samples_to_keep=self.cfg.tracking.log_samples)
+                                    samples_to_keep=self.cfg.tracking.log_samples,
+                                    desc=f"[{self.run_name}] eval step {self.step}")
         self.eval_history.append({"step": self.step, **metrics})
         self.stage_totals["eval"] += metrics.get("time/eval", 0.0)
         self.tracker.log_metrics(metrics, self.step)
         if samples:
-            self.tracker.log_jsonl(samples, f"samples/eval_step_{self.step:06d}.jsonl")
+            self.tracker.log_table(samples, f"samples/eval_step_{self.step:06d}.json")
         return metrics
 
     def save(self) -> Path:
@@ -353,17 +371,19 @@ class Trainer:
             "sampler": self.sampler.state_dict(), "run_id": self.tracker.run_id,
             "wall_s": self.wall_offset + (time.perf_counter() - self._t_start),
             "eval_history": self.eval_history,
+            "config": OmegaConf.to_container(self.cfg, resolve=True),  # for rlbench eval
             "python_rng": random.getstate(), "torch_rng": torch.get_rng_state().tolist(),
             "numpy_rng": _numpy_state(), "algorithm": self.algorithm.state_dict(),
         }
-        return save_checkpoint(self.engine, self.output_dir, self.step, state)
+        self.last_checkpoint = save_checkpoint(self.engine, self.output_dir, self.step, state)
+        return self.last_checkpoint
 
     def _request_stop(self, signum: int, frame: Any) -> None:
         if self._stop_signal is not None:  # second signal: stop now
             raise KeyboardInterrupt
         self._stop_signal = signum
-        print(f"\n[rlbench] signal {signum}: stopping after this step "
-              "(send again to stop at once)", file=sys.stderr)
+        log.warning("[%s] signal %d: stopping after this step (send again to stop at once)",
+                    self.run_name, signum)
 
     def fit(self) -> dict[str, float]:
         """Run (or continue) training; returns the summary metrics."""
@@ -376,6 +396,7 @@ class Trainer:
                 return self._skipped_summary()
             summary = self._loop()
             status = "FINISHED"
+            self._finish(summary)
             return summary
         except (KeyboardInterrupt, RunInterrupted) as exc:
             status = "KILLED"
@@ -389,6 +410,7 @@ class Trainer:
 
     def _loop(self) -> dict[str, float]:
         cfg = self.cfg.trainer
+        self._first_step = self.step
         if self.step == 0 and cfg.eval_at_start and cfg.eval_every > 0:
             self._status(self.run_eval(), eval_line=True)
         while self.step < cfg.steps:
@@ -409,7 +431,7 @@ class Trainer:
                 self._status(self.run_eval(), eval_line=True)
             if self._stop_signal is not None:
                 path = self.save()
-                print(f"[rlbench] checkpoint written to {path}", file=sys.stderr)
+                log.warning("[%s] checkpoint written to %s", self.run_name, path)
                 raise RunInterrupted(self._stop_signal)
             if cfg.checkpoint_every > 0 and (self.step % cfg.checkpoint_every == 0 or last):
                 self.save()
@@ -424,7 +446,8 @@ class Trainer:
                                      "final/tokens_trained": self.tokens_trained,
                                      "final/peak_mem_mb": self._peak_mem(),
                                      "final/wall_s": self.wall_offset + time.perf_counter()
-                                     - self._t_start}
+                                     - self._t_start,
+                                     "final/warm_start_s": self.warm_start_s}
         summary.update({f"final/time_{k}_s": v for k, v in sorted(self.stage_totals.items())})
         if torch.cuda.is_available():
             summary["final/peak_gpu_mem_mb"] = torch.cuda.max_memory_allocated() / 2**20
@@ -445,28 +468,63 @@ class Trainer:
                                resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)
         return self.peak_mem_mb
 
+    def _finish(self, summary: dict[str, float]) -> None:
+        """After FINISHED: the final model logged on request, old checkpoints dropped, and the
+        end-of-run summary (what to look at next)."""
+        cfg = self.cfg
+        if self.last_checkpoint is None and cfg.tracking.log_model:
+            self.save()
+        if cfg.tracking.log_model and self.last_checkpoint is not None:
+            self.tracker.log_model_dir(self.last_checkpoint)
+        if cfg.trainer.keep_checkpoints > 0:
+            prune_checkpoints(self.output_dir, cfg.trainer.keep_checkpoints)
+        evals = "  ".join(f"{k[len('final/'):]}={v:.3f}" for k, v in summary.items()
+                          if k.startswith("final/") and ("/pass_at_1" in k or "/mean_at_" in k))
+        lines = [f"[{self.run_name}] finished {int(summary['final/steps'])} steps in "
+                 f"{_fmt_s(summary['final/wall_s'])} (warm start {_fmt_s(self.warm_start_s)})"
+                 + (f": {evals}" if evals else "")]
+        if self.tracker.enabled:
+            lines += [f"  run id:      {self.tracker.run_id}",
+                      f"  MLflow:      {self.tracker.uri} (experiment "
+                      f"{cfg.tracking.experiment!r}; browse: rlbench ui)"]
+        lines.append(f"  output dir:  {self.output_dir}")
+        if self.last_checkpoint is not None:
+            lines.append(f"  checkpoint:  {self.last_checkpoint}")
+        if self.tracker.enabled:
+            lines.append(f"  evaluate:    rlbench eval run_id={self.tracker.run_id}")
+        log.info("\n".join(lines))
+
     def _skipped_summary(self) -> dict[str, float]:
         run_id = self.plan.run_id
-        print(f"[{self.run_name}] skipped: {self.plan.reason} "
-              "(trainer.skip_finished=false runs it again)", file=sys.stderr)
+        log.info("[%s] skipped: %s (trainer.skip_finished=false runs it again)", self.run_name,
+                 self.plan.reason)
         metrics = self.tracker.client.get_run(run_id).data.metrics
         return {k: v for k, v in metrics.items() if k.startswith(("final/", "start/"))}
 
     def _status(self, m: dict[str, float], eval_line: bool = False) -> None:
         if eval_line:
             parts = [f"{k[5:]}={v:.3f}" for k, v in m.items() if "/pass_at_" in k]
-            print(f"[{self.run_name}] eval step {self.step}: {' '.join(parts)}", file=sys.stderr)
+            log.info("[%s] eval step %d: %s (%.1fs)", self.run_name, self.step, " ".join(parts),
+                     m.get("time/eval", 0.0))
             return
-        print(
+        # ETA from this process's pace (evaluations included), not from a resumed run's start
+        done = self.step - self._first_step
+        elapsed = time.perf_counter() - self._t_start
+        eta = elapsed / done * (self.cfg.trainer.steps - self.step) if done > 0 else 0.0
+        log.info(
             f"[{self.run_name}] step {self.step}/{self.cfg.trainer.steps} "
             f"reward {m.get('rollout/reward_mean', float('nan')):.3f} "
             f"acc {m.get('rollout/acc', float('nan')):.3f} "
             f"len {m.get('rollout/response_len_mean', float('nan')):.1f} "
             f"ent {m.get('rollout/entropy', float('nan')):.3f} "
             f"gn {m.get('actor/grad_norm', float('nan')):.3f} "
-            f"{m['time/step']:.2f}s",
-            file=sys.stderr,
-        )
+            f"{m['time/step']:.2f}s eta {_fmt_s(eta)}")
+
+
+def _fmt_s(seconds: float) -> str:
+    s = round(seconds)
+    return f"{s}s" if s < 60 else (f"{s // 60}m{s % 60:02d}s" if s < 3600
+                                   else f"{s // 3600}h{(s % 3600) // 60:02d}m")
 
 
 def _numpy_state() -> list[Any]:

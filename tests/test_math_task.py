@@ -89,7 +89,7 @@ def test_tiny_references_are_graded_correct_through_the_same_path():
 
 @pytest.mark.slow
 def test_eval_logs_to_mlflow_and_board_shows_one_column_per_eval_set(tmp_path: Path):
-    from harness.eval_cli import evaluate_checkpoint
+    from harness.cli.eval import evaluate_checkpoint
 
     uri = f"sqlite:///{tmp_path / 'mlruns.db'}"
     cfg = compose_config([

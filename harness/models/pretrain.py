@@ -15,7 +15,8 @@ import time
 from typing import Any
 
 import torch
-from tqdm import tqdm
+
+from harness.progress import Progress
 
 IGNORE = -100
 
@@ -89,8 +90,8 @@ def supervised_warmstart(
     model.train()
     start = time.perf_counter()
     losses: list[float] = []
-    bar = tqdm(range(cfg.steps), desc="warm-start", disable=not progress, leave=False)
-    for _ in bar:
+    bar = Progress(cfg.steps, "warm-start", unit="steps") if progress else None
+    for _ in range(cfg.steps):
         idx = torch.randint(len(pairs), (min(cfg.batch_size, len(pairs)),), generator=gen)
         width = int(mask[idx].sum(-1).max())
         extra = {"pixel_values": pixels[0][idx].flatten(0, 1)} if pixels else {}
@@ -101,7 +102,10 @@ def supervised_warmstart(
         optim.step()
         sched.step()
         losses.append(float(out.loss.detach()))
-        bar.set_postfix(loss=f"{losses[-1]:.3f}", refresh=False)
+        if bar is not None:
+            bar.update(1, loss=f"{losses[-1]:.3f}")
+    if bar is not None:
+        bar.close()
     model.eval()
     return {
         "examples": len(pairs),

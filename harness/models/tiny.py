@@ -153,13 +153,3 @@ def warm_start_cached(model_cfg: Any, task: Task, pairs: list[tuple[Any, str]], 
         shutil.rmtree(tmp, ignore_errors=True)
     return str(target)
 
-
-def resolve_hf(model_cfg: Any, task: Task, progress: bool = True, force: bool = False) -> str:
-    """A real model: a local directory or hub id in ``model.path`` (nothing is downloaded by
-    rlbench itself; a hub id needs the weights in the local Hugging Face cache)."""
-    if not model_cfg.path:
-        raise ValueError(f"model.path must be set for model {model_cfg.name!r} (source hf)")
-    path = Path(str(model_cfg.path)).expanduser()
-    if str(model_cfg.path).startswith(("/", ".", "~")) and not path.exists():
-        raise FileNotFoundError(f"model.path {str(path)!r} does not exist")
-    return str(path) if path.exists() else str(model_cfg.path)

@@ -6,7 +6,7 @@ Two variants (``task.variant``):
   positive integer target reachable with ``+ - *`` (9,367 problems), split deterministically into
   a held-out eval set (500) and a train pool (8,867). The space is large enough that RL has to
   generalise rather than memorise the pool (with numbers up to 9 there are only 1,973 problems,
-  and RL mostly overfits them; DESIGN.md, "Testbed calibration"). The prompt is
+  and RL mostly overfits them; docs/design.md, "Testbed calibration"). The prompt is
   ``"3 6 7=15:"``, the response is the bare expression, and the reward is binary by default so
   group baselines are clean.
 * ``full`` - TinyZero's Countdown-Tasks-3to4 problems (8,001 train, 2,001 test; see

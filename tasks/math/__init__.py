@@ -116,7 +116,8 @@ class MathTask(VariantTask):
         for key, proto in self._section.eval.items():
             if key not in valid:
                 raise ValueError(f"task.{config.variant}.eval.{key} is not an eval set of "
-                                 f"variant {config.variant!r}; valid: {', '.join(valid)}")
+                                 f"variant {config.variant!r}; valid: {', '.join(valid)} (your "
+                                 "own eval sets: task=custom task.reward.verifier=math)")
             if max([*proto.k, *(proto.maj_k or [])]) > proto.n:
                 raise ValueError(f"task.{config.variant}.eval.{key}: every k must be <= n")
         self.grader = MathGrader(config.grader)

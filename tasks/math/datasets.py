@@ -21,7 +21,7 @@ Rows without a gold answer cannot be graded and are left out: 2 of the 7,474 MAT
 eval set keeps its published size.
 
 The files ship in ``tasks/math/data``; ``task.full.data_dir`` points at another directory with
-the same file names (e.g. ``../shared/data/math`` or a Qwen2.5-Math ``evaluation/data`` layout
+the same file names (e.g. a copy of ``tasks/math/data`` or a Qwen2.5-Math ``evaluation/data`` layout
 flattened to these names). Nothing is downloaded.
 """
 

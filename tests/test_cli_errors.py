@@ -1,0 +1,97 @@
+"""Bad input, as a user types it: each case exits 2 with one line on stderr naming the key, path
+or value at fault and what would work (issue 22's list), and leaves no run directory behind."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from tests.conftest import FAST_PRETRAIN
+
+RLBENCH = [sys.executable, "-m", "harness.cli"]
+
+# (name, arguments, substrings the one-line message must contain)
+CASES = [
+    ("wrong type in train", ["train", "trainer.steps=abc"], ["trainer.steps='abc'", "Integer"]),
+    ("typo in sweep", ["sweep", "trainer.stepz=3", "seed=0,1"],
+     ["unknown config key trainer.stepz", "Did you mean 'steps'?"]),
+    ("unknown option in sweep", ["sweep", "algorithm=grpoo", "seed=0,1"],
+     ["algorithm=grpoo", "Did you mean 'grpo'?"]),
+    ("model.path with model=tiny", ["train", "model.path=/models/mine"],
+     ["model.path='/models/mine'", "model=tiny", "add model=hf"]),
+    ("model=hf without a path", ["train", "model=hf"], ["model.path is not set"]),
+    ("model=hf, path missing", ["train", "model=hf", "model.path=/no/such/model"],
+     ["model.path='/no/such/model' does not exist"]),
+    ("model=hf, uncached hub id", ["train", "model=hf", "model.path=SomeOrg/not-cached-model"],
+     ["model.path='SomeOrg/not-cached-model'",
+      "rlbench downloads nothing: give a local path or pre-fetch it"]),
+    ("task.full.* ignored by the tiny variant", ["train", "task=math",
+                                                  "task.full.data_dir=/data/math"],
+     ["task.full.data_dir is set but task.variant=tiny", "task.variant=full"]),
+    ("an eval set of one's own name in task=math",
+     ["train", "task=math", "task.variant=full", "+task.full.eval.mine.n=4"],
+     ["task.full.eval.mine is not an eval set", "task=custom"]),
+    ("images without a vision model", ["train", "task=geometry3k_tiny", *FAST_PRETRAIN],
+     ["has images", "model=tiny_vlm"]),
+    ("task=custom without data", ["train", "task=custom", "task.reward.verifier=math"],
+     ["task.train is not set"]),
+    ("an empty eval set", ["train", "task.tiny.eval.heldout.limit=0", *FAST_PRETRAIN],
+     ["eval set 'heldout'", "has no problems"]),
+    ("eval of a run that does not exist", ["eval", "run_id=0123456789abcdef"],
+     ["run_id=0123456789abcdef: no such run"]),
+    ("eval of a missing checkpoint", ["eval", "checkpoint=/nope"],
+     ["checkpoint='/nope': no checkpoint there"]),
+    ("an unknown flag", ["train", "--cfg", "everything"], ["--cfg everything", "--cfg job"]),
+]
+
+
+@pytest.mark.parametrize("name,args,needles", CASES, ids=[c[0] for c in CASES])
+def test_bad_input_exits_2_with_one_line_naming_it(name, args, needles, tmp_path, cli_env):
+    env = {**cli_env, "HF_HOME": str(tmp_path / "hf")}  # an empty Hugging Face cache
+    out = subprocess.run([*RLBENCH, *args], env=env, cwd=tmp_path, capture_output=True,
+                         text=True, timeout=300)
+    assert out.returncode == 2, out.stderr[-2000:]
+    lines = [ln for ln in out.stderr.splitlines() if ln.startswith("rlbench: error:")]
+    assert len(lines) == 1 and "Traceback" not in out.stderr, out.stderr[-2000:]
+    for needle in needles:
+        assert needle in lines[0], lines[0]
+    assert not (tmp_path / "outputs").exists()  # no run directory for a run that never was
+    if "checkpoint=" in " ".join(args):
+        assert "trainer.resume" not in lines[0]
+
+
+def test_cfg_job_prints_the_config_of_train_and_of_every_sweep_cell(tmp_path, cli_env):
+    out = subprocess.run([*RLBENCH, "train", "trainer.steps=7", "--cfg", "job"], env=cli_env,
+                         cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0 and "steps: 7" in out.stdout and "hydra:" not in out.stdout
+    out = subprocess.run([*RLBENCH, "sweep", "seed=3,4", "--cfg", "job", "--package", "seed"],
+                         env=cli_env, cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["#", "cell", "1/2:", "seed=3", "3", "#", "cell", "2/2:",
+                                  "seed=4", "4"]
+    assert not (tmp_path / "outputs").exists() and not (tmp_path / "multirun").exists()
+    out = subprocess.run([*RLBENCH, "train", "--cfg", "all", "--resolve"], env=cli_env,
+                         cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0 and "Traceback" not in out.stderr, out.stderr[-2000:]
+    assert "\nhydra:\n" in out.stdout and "seed: 0" in out.stdout
+
+
+def test_help_is_plain_text_and_train_help_lists_the_config_groups(tmp_path, cli_env):
+    out = subprocess.run([*RLBENCH, "--help"], env=cli_env, cwd=tmp_path, capture_output=True,
+                         text=True, timeout=120)
+    assert out.returncode == 0 and "``" not in out.stdout and "rlbench train" in out.stdout
+    out = subprocess.run([*RLBENCH, "train", "--help"], env=cli_env, cwd=tmp_path,
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0
+    groups = {ln.split(":")[0]: ln for ln in out.stdout.splitlines() if ": " in ln}
+    assert "grpo" in groups["algorithm"] and "custom" in groups["task"]
+    assert "hf" in groups["model"] and "--cfg job" in out.stdout
+
+
+def test_list_verifiers_names_the_built_in_rules(tmp_path, cli_env):
+    out = subprocess.run([*RLBENCH, "list", "verifiers"], env=cli_env, cwd=tmp_path,
+                         capture_output=True, text=True, timeout=120)
+    names = {ln.split()[0] for ln in out.stdout.splitlines()[1:]}
+    assert out.returncode == 0 and {"math", "exact_match", "countdown", "code_tests"} <= names

@@ -1,0 +1,41 @@
+"""The code in docs/adding-a-task.md is a working task, and the design page names no file
+outside the repository."""
+
+from __future__ import annotations
+
+import re
+import sys
+import types
+from pathlib import Path
+
+import yaml
+
+from harness.components import build
+from harness.registry import TASKS
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_the_adding_a_task_example_registers_builds_and_verifies():
+    page = (ROOT / "docs" / "adding-a-task.md").read_text()
+    code = re.search(r"```python\n(.*?)```", page, re.DOTALL).group(1)
+    conf = yaml.safe_load(re.search(r"```yaml\n(.*?)```", page, re.DOTALL).group(1))
+    if "reverse" not in TASKS:  # run the page's module as a module (dataclasses need one)
+        module = types.ModuleType("docs_adding_a_task")
+        sys.modules[module.__name__] = module
+        exec(compile(code, "adding-a-task.md", "exec"), module.__dict__)
+    task = build(TASKS, conf, "task")
+    ex = task.train_examples()[0]
+    assert task.verify(ex, ex.answer).correct and not task.verify(ex, "nope").correct
+    assert not task.verify(ex, "  ").parsed
+    [heldout] = task.eval_sets()
+    assert heldout.protocol.k == [1, 4] and task.warmstart_examples()[0] == (ex, ex.answer)
+
+
+def test_docs_and_code_cite_no_design_file_outside_the_repository():
+    offenders = []
+    for path in [*ROOT.glob("harness/**/*.py"), *ROOT.glob("tasks/**/*.py"),
+                 *ROOT.glob("docs/**/*.md"), ROOT / "README.md", *ROOT.glob("conf/**/*.yaml")]:
+        if "DESIGN.md" in path.read_text(errors="ignore"):
+            offenders.append(str(path.relative_to(ROOT)))
+    assert not offenders, offenders
