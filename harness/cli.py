@@ -8,7 +8,8 @@
     rlbench sweep sweep=countdown_baselines        a named sweep from conf/sweep/
     rlbench eval [checkpoint=<dir> | run_id=<mlflow run id>] [key=value ...]   (MLflow-logged)
     rlbench board [--experiment NAME] [--out DIR] [--tracking-uri URI] [--baseline ALG]
-                  [--config conf/board/default.yaml] [--no-mlflow]
+                  [--config conf/board/default.yaml] [--variant FIELD] [--allow-dirty]
+                  [--no-export] [--no-mlflow]
     rlbench ui [--port 5000]                       MLflow UI on 127.0.0.1
     rlbench train|sweep track=lantern [key=value ...]   a track outside the LLM loop (its own
     rlbench board --track lantern                        Hydra config, e.g. conf/lantern/)
@@ -225,7 +226,7 @@ def split_track(overrides: list[str]) -> tuple[str | None, list[str]]:
 
 
 def cmd_board(args: argparse.Namespace) -> None:
-    from harness.board import build_leaderboards
+    from harness.report.board import build_leaderboards
     from harness.tracking import resolve_tracking_uri
 
     if args.track:  # a track's board has its own default experiment and output dir
@@ -240,7 +241,8 @@ def cmd_board(args: argparse.Namespace) -> None:
     args.out = args.out or "leaderboards"
     written = build_leaderboards(resolve_tracking_uri(args.uri), args.experiment, args.out,
                                  baseline=args.baseline, config=args.config,
-                                 log_to_mlflow=args.mlflow)
+                                 log_to_mlflow=args.mlflow, variant=tuple(args.variant),
+                                 allow_dirty=args.allow_dirty, export=args.export)
     for path in written:
         print(path)
 
@@ -282,6 +284,13 @@ def main(argv: list[str] | None = None) -> None:
                    help="board config: baseline and pairings (default conf/board/default.yaml)")
     p.add_argument("--no-mlflow", dest="mlflow", action="store_false",
                    help="do not log the leaderboards as MLflow runs")
+    p.add_argument("--variant", action="append", default=[], metavar="FIELD",
+                   help="a run field (params.<key> or tags.<tag>) whose value joins the row "
+                        "label, splitting rows on it (repeatable)")
+    p.add_argument("--allow-dirty", action="store_true",
+                   help="build from a checkout with uncommitted changes (the board says so)")
+    p.add_argument("--no-export", dest="export", action="store_false",
+                   help="do not write runs.jsonl.gz (the runs behind each board)")
     p.add_argument("--track", default=None,
                    help="the leaderboard of a track outside the LLM loop (e.g. lantern)")
     p = sub.add_parser("ui", help="MLflow UI on 127.0.0.1")

@@ -5,7 +5,7 @@ import math
 import numpy as np
 import pytest
 
-from harness.stats import (
+from harness.report.stats import (
     Interval,
     bootstrap_interval,
     interval,
@@ -94,7 +94,7 @@ def test_bootstrap_is_deterministic_and_seeded():
     assert (c.low, c.high) != (a.low, a.high)
     assert c.low == pytest.approx(a.low, abs=0.05) and c.high == pytest.approx(a.high, abs=0.05)
     assert bootstrap_interval([0.3] * 12) == Interval(pytest.approx(0.3), pytest.approx(0.3),
-                                                      pytest.approx(0.3), 12, "bootstrap")
+                                                      pytest.approx(0.3), 12, "bootstrap", 0.0)
 
 
 def test_bootstrap_coverage_and_agreement_with_t():
