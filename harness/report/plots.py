@@ -129,10 +129,10 @@ def _band(values: np.ndarray, confidence: float, bootstrap_min_n: int, resamples
 
 def plot_curves(path: Path, curves: list[Curve], title: str, ylabel: str, *, smooth: int = 1,
                 markers: bool = False, xlabel: str = "training step", confidence: float = 0.95,
-                bootstrap_min_n: int = 10, resamples: int = 10_000, seed: int = 0) -> None:
+                bootstrap_min_n: int = 10, resamples: int = 10_000, seed: int = 0) -> Figure:
     """Mean over seeds (line) and its interval over seeds (band, as the tables compute it) of
     each curve, each seed first smoothed by a trailing ``smooth``-point moving average;
-    ``markers`` marks every point (evaluations)."""
+    ``markers`` marks every point (evaluations). Returns the figure (already saved)."""
     fig = Figure(figsize=(7.2, 4.4), dpi=100)
     FigureCanvasAgg(fig)
     ax = fig.add_subplot()
@@ -155,3 +155,4 @@ def plot_curves(path: Path, curves: list[Curve], title: str, ylabel: str, *, smo
     ax.grid(alpha=0.3)
     fig.tight_layout()
     fig.savefig(path, format="png", metadata={"Software": None}, bbox_inches="tight")
+    return fig
