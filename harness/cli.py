@@ -24,6 +24,7 @@ Exit status: 0 ok, 1 failed run, 2 bad input (unknown name, bad key or value, mi
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 from importlib.metadata import entry_points
 from pathlib import Path
@@ -106,6 +107,8 @@ def _train_job(cfg: Any) -> Any:
 
     hydra_cfg = HydraConfig.get()
     _cap_threads(cfg, hydra_cfg)
+    # the job's own overrides, so a board can tell whether its named sweep alone reproduces it
+    cfg.tracking.tags["rlbench.overrides"] = json.dumps(list(hydra_cfg.overrides.task))
     return _guarded(train, cfg, hydra_cfg.runtime.output_dir)
 
 

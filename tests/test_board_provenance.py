@@ -6,6 +6,7 @@ committed board names a sweep that exists in conf/sweep/."""
 from __future__ import annotations
 
 import functools
+import json
 import re
 import subprocess
 from pathlib import Path
@@ -28,7 +29,9 @@ LEGACY = {"code-tiny", "geometry3k-tiny", "lantern", "math-tiny", "testbed", "te
           "testbed-minibatch", "testbed-rollout", "."}
 
 
-def _store(tmp_path, sweep_tags):
+def _store(tmp_path, sweep_tags, extra=()):
+    """Runs (algorithm, seed, sweep) as ``rlbench sweep sweep=<sweep>`` tags them, each launched
+    with the overrides of its cell plus ``extra``."""
     uri = f"sqlite:///{tmp_path / 'mlruns.db'}"
     client = MlflowClient(uri)
     exp = client.create_experiment("e", artifact_location=(tmp_path / "a").as_uri())
@@ -38,6 +41,9 @@ def _store(tmp_path, sweep_tags):
                 "rlbench.temperature": "1.0", "rlbench.git_commit": "f" * 40}
         if sweep:
             tags["rlbench.sweep"] = sweep
+            tags["rlbench.overrides"] = json.dumps([
+                f"algorithm={alg}", "task=countdown", "model=tiny", "trainer=offpolicy",
+                f"seed={seed}", f"sweep={sweep}", "backend.threads=1", *extra])
         rid = client.create_run(exp, start_time=1000 + i, tags=tags).info.run_id
         client.log_batch(rid, params=[Param("seed", str(seed)), Param("algorithm.name", alg)],
                          metrics=[Metric("final/heldout/pass_at_1", 0.2 + seed / 100, 0, 2),
@@ -97,6 +103,15 @@ def test_reproduce_line_names_the_sweep_and_the_board_command(tmp_path):
     assert f"- Runs made at commit: `{'f' * 12}` (2)." in readme
 
 
+def test_reproduce_line_refuses_runs_with_overrides_the_sweep_does_not_make(tmp_path):
+    uri = _store(tmp_path, [("grpo", 0, "testbed_offpolicy"), ("grpo", 1, "testbed_offpolicy")],
+                 extra=("trainer.steps=1",))
+    build_leaderboards(uri, "e", tmp_path / "out")
+    readme = (tmp_path / "out" / "README.md").read_text()
+    assert ("- Reproduce: not by two commands: runs of sweep `testbed_offpolicy` had overrides "
+            "it does not make: `trainer.steps=1` (2).") in readme
+
+
 def test_reproduce_line_says_when_runs_did_not_come_from_one_sweep(tmp_path):
     uri = _store(tmp_path, [("grpo", 0, "testbed_offpolicy"), ("grpo", 1, "")])
     build_leaderboards(uri, "e", tmp_path / "out")
@@ -106,8 +121,8 @@ def test_reproduce_line_says_when_runs_did_not_come_from_one_sweep(tmp_path):
 
 
 def test_export_rebuilds_the_same_board(tmp_path):
-    uri = _store(tmp_path, [("grpo", 0, "s"), ("grpo", 1, "s"), ("dapo", 0, "s"),
-                            ("dapo", 1, "s")])
+    uri = _store(tmp_path, [("grpo", 0, "testbed_offpolicy"), ("grpo", 1, "testbed_offpolicy"),
+                            ("dapo", 0, "testbed_offpolicy"), ("dapo", 1, "testbed_offpolicy")])
     build_leaderboards(uri, "e", tmp_path / "out")
     d = tmp_path / "out" / "countdown-tiny" / "tiny"
     export = d / "runs.jsonl.gz"

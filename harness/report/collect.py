@@ -13,6 +13,7 @@ are reported as duplicates on the page; the newest is used.
 
 from __future__ import annotations
 
+import json
 import math
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
@@ -100,7 +101,15 @@ def _to_run(r: MlflowRun, cfg: BoardConfig) -> Run:
                t.get("rlbench.baseline", ""), dict(r.data.metrics),
                config={k: v for k, v in identity(dict(r.data.params)).items() if k not in drop},
                origin_id=t.get(EXPORTED_ID_TAG, r.info.run_id), sweep=t.get("rlbench.sweep", ""),
-               commit=t.get("rlbench.git_commit", ""), select=select)
+               commit=t.get("rlbench.git_commit", ""), select=select,
+               overrides=_overrides(t.get("rlbench.overrides")))
+
+
+def _overrides(tag: str | None) -> tuple[str, ...] | None:
+    try:
+        return tuple(json.loads(tag)) if tag else None
+    except ValueError:
+        return None
 
 
 def _differing(configs: list[dict[str, str]]) -> list[str]:

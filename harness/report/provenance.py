@@ -4,6 +4,10 @@ and an export of the MLflow runs behind it.
 - :func:`checkout` - HEAD and the paths that differ from it. ``rlbench board`` refuses to build
   from a checkout with uncommitted changes (outside ``leaderboards/`` and its own output)
   unless ``--allow-dirty``, and then says so on every page.
+- :func:`reproduce` - the two commands that rebuild a board, when every run behind it was
+  launched by one named sweep (tag ``rlbench.sweep``) with no override the sweep does not make
+  itself (tag ``rlbench.overrides``: the cell's swept values, and keys that cannot change a
+  result, such as the launcher or thread counts, are fine); otherwise why not.
 - :func:`export_runs` writes ``runs.jsonl.gz`` next to a board: one JSON line per run behind
   it (run info, tags, params and every metric's full history; no artifacts), sorted and gzipped
   without a timestamp, so an unchanged store exports the same bytes. :func:`import_runs` loads
@@ -20,6 +24,7 @@ import io
 import json
 import re
 import subprocess
+from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -28,9 +33,12 @@ from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 from mlflow.entities import Metric, Param
 from mlflow.tracking import MlflowClient
 
+from harness.cells import NON_SEMANTIC_KEYS
 from harness.report.collect import EXPORTED_ID_TAG
+from harness.report.tables import Run
 
-__all__ = ["Checkout", "checkout", "display_tracking_uri", "export_runs", "import_runs"]
+__all__ = ["Checkout", "checkout", "display_tracking_uri", "export_runs", "import_runs",
+           "reproduce"]
 
 REPO = Path(__file__).resolve().parents[2]
 _SECRET_RE = re.compile(r"pass|secret|token|key|cred|auth|sig", re.IGNORECASE)
@@ -91,6 +99,58 @@ def display_tracking_uri(uri: str, base: Path) -> str:
         host = f"{host}:{parts.port}"
     query = urlencode([(k, v) for k, v in parse_qsl(parts.query) if not _SECRET_RE.search(k)])
     return urlunsplit((parts.scheme, host, parts.path, query, ""))
+
+
+# ---------------------------------------------------------------------------------- reproduce
+
+def _sweep_params(name: str) -> dict[str, set[str]] | None:
+    path = REPO / "conf" / "sweep" / f"{name}.yaml"
+    if not path.is_file():
+        return None
+    from omegaconf import OmegaConf
+
+    params = OmegaConf.select(OmegaConf.load(path), "hydra.sweeper.params") or {}
+    return {str(k): {v.strip() for v in str(vals).split(",")} for k, vals in params.items()}
+
+
+def _harmless(key: str) -> bool:
+    """Overrides that cannot change a result: the launcher, Hydra itself, where a run logs."""
+    return key.startswith(("hydra", "hydra/")) or any(
+        key == k or key.startswith(k + ".") for k in NON_SEMANTIC_KEYS)
+
+
+def reproduce(runs: list[Run], board_cmd: str) -> str:
+    """The "Reproduce" line of a board built from ``runs``."""
+    sweeps = Counter(r.sweep for r in runs)
+    named = sorted(s for s in sweeps if s)
+    if len(named) != 1 or sweeps.get("", 0):
+        missing = sweeps.get("", 0)
+        return ("- Reproduce: not by two commands: runs came from "
+                + (", ".join(f"sweep `{s}` ({sweeps[s]})" for s in named) or "no named sweep")
+                + (f" and {missing} run(s) not launched by a named sweep" if missing and named
+                   else "") + ".")
+    sweep = named[0]
+    params = _sweep_params(sweep)
+    if params is None:
+        return f"- Reproduce: not by two commands: sweep `{sweep}` is not in conf/sweep/."
+    extra: Counter[str] = Counter()
+    unknown = 0
+    for run in runs:
+        if run.overrides is None:
+            unknown += 1
+            continue
+        for override in run.overrides:
+            key, _, value = override.lstrip("+~").partition("=")
+            if key == "sweep" or _harmless(key) or value in params.get(key, ()):
+                continue
+            extra[override] += 1
+    if extra or unknown:
+        why = [f"`{o}` ({n})" for o, n in sorted(extra.items())]
+        why += [f"{unknown} run(s) did not record their overrides"] if unknown else []
+        return (f"- Reproduce: not by two commands: runs of sweep `{sweep}` had overrides it "
+                f"does not make: {', '.join(why)}.")
+    return (f"- Reproduce (from the repository root): `rlbench sweep sweep={sweep}`, then "
+            f"`{board_cmd}`.")
 
 
 # ---------------------------------------------------------------------------------- export

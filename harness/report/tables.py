@@ -41,6 +41,7 @@ class Run:
     sweep: str = ""  # the named sweep that launched it (tag rlbench.sweep)
     commit: str = ""  # the code it ran (tag rlbench.git_commit)
     select: str = ""  # its value of the board's selection key
+    overrides: tuple[str, ...] | None = None  # the Hydra overrides it was launched with
 
     @property
     def label(self) -> str:
