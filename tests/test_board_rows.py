@@ -8,8 +8,10 @@ from __future__ import annotations
 
 import csv
 import functools
+import re
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 from mlflow.entities import Metric, Param
@@ -68,6 +70,18 @@ def test_smoke_run_in_the_demo_experiment_is_refused_naming_the_keys(smoke_store
     assert "trainer.steps (2:" in err and "rollout.n (4:" in err
     assert smoke_store["ids"]["smoke"][:8] in err
     assert not (out / "countdown-tiny").exists()  # nothing written
+
+
+@pytest.mark.slow
+def test_training_runs_name_their_sweep_and_commit(smoke_store):
+    head = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True,
+                          cwd=Path(__file__).parent).stdout.strip()
+    run = MlflowClient(smoke_store["uri"]).get_run(smoke_store["ids"]["s0"])
+    assert run.data.tags["rlbench.sweep"] == "countdown_baselines"
+    commit = run.data.tags["rlbench.git_commit"]
+    assert re.fullmatch(r"[0-9a-f]{40}(\+dirty)?|unknown", commit)
+    if head:
+        assert commit.startswith(head) or commit == "unknown"
 
 
 @pytest.mark.slow

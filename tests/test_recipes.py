@@ -14,7 +14,7 @@ from harness.cli import compose_config
 from harness.components import build
 from harness.config import validate_config
 from harness.registry import TASKS
-from tests.conftest import FAST_PRETRAIN
+from tests.conftest import FAST_PRETRAIN, make_config
 
 ROOT = Path(__file__).resolve().parents[1]
 SWEEPS = sorted((ROOT / "conf" / "sweep").glob("*.yaml"))
@@ -116,3 +116,23 @@ def test_named_sweep_cells_compose_and_validate(path):
         cfg = compose_config([f"sweep={path.stem}", f"algorithm={algorithm}", *fixed])
         validate_config(cfg)
         assert cfg.tracking.tags["rlbench.sweep"] == path.stem
+
+
+# -- step-size metrics ----------------------------------------------------------------------------
+@pytest.mark.parametrize(("clip", "share"), [(1e-9, 1.0), (1e9, 0.0)])
+def test_trainer_logs_the_share_of_clipped_optimizer_steps(tmp_path, model_cache, clip, share):
+    """``actor/grad_clipped_frac``: the share of a step's optimizer steps whose pre-clip norm
+    exceeded ``trainer.optim.grad_clip`` (every one with a tiny threshold, none with a huge one),
+    beside the pre-clip norm itself."""
+    from harness.trainer import Trainer
+
+    cfg = make_config(tmp_path, model_cache, "trainer.steps=1", "trainer.eval_every=0",
+                      "data.prompts_per_step=4", "rollout.n=4", "trainer.mini_batch_size=8",
+                      "tracking.enabled=false", f"trainer.optim.grad_clip={clip}")
+    tr = Trainer(cfg)
+    tr._t_start = 0.0
+    tr.setup()
+    tr.engine.optimizer_step = lambda: 0.5  # two optimizer steps with pre-clip norm 0.5
+    metrics = tr.train_step()
+    assert metrics["actor/grad_norm"] == pytest.approx(0.5)
+    assert metrics["actor/grad_clipped_frac"] == share
