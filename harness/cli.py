@@ -102,13 +102,15 @@ def _cap_threads(cfg: Any, hydra_cfg: Any) -> None:
 
 def _train_job(cfg: Any) -> Any:
     from hydra.core.hydra_config import HydraConfig
+    from omegaconf import open_dict
 
     from harness.trainer import train
 
     hydra_cfg = HydraConfig.get()
     _cap_threads(cfg, hydra_cfg)
     # the job's own overrides, so a board can tell whether its named sweep alone reproduces it
-    cfg.tracking.tags["rlbench.overrides"] = json.dumps(list(hydra_cfg.overrides.task))
+    with open_dict(cfg.tracking.tags):
+        cfg.tracking.tags["rlbench.overrides"] = json.dumps(list(hydra_cfg.overrides.task))
     return _guarded(train, cfg, hydra_cfg.runtime.output_dir)
 
 

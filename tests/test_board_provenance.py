@@ -9,6 +9,7 @@ import functools
 import json
 import re
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -173,3 +174,36 @@ def test_demo_writes_only_paths_git_ignores(monkeypatch, tmp_path):
     ignored = subprocess.run(["git", "check-ignore", "--no-index", *written], cwd=ROOT,
                              capture_output=True, text=True).stdout.split()
     assert ignored == written
+
+
+@pytest.mark.slow
+def test_sweep_records_its_overrides_and_the_board_checks_them(tmp_path, cli_env):
+    """Through the command line: a named sweep's cell run with an extra override is tagged with
+    its overrides, and the board built from it says the sweep alone does not reproduce it."""
+    from tests.conftest import FAST_PRETRAIN
+
+    cli = [sys.executable, "-m", "harness.cli"]
+    small = [*FAST_PRETRAIN, "backend.threads=1", "data.prompts_per_step=4", "rollout.n=4",
+             "task.tiny.eval.heldout.limit=8", "task.tiny.eval.heldout.n=2",
+             "task.tiny.eval.heldout.k=[1,2]", "tracking.log_samples=0"]
+    out = subprocess.run([*cli, "sweep", "sweep=countdown_baselines", "algorithm=grpo", "seed=0",
+                          "trainer.steps=1", *small], cwd=tmp_path, env=cli_env,
+                         capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stderr[-2000:]
+    client = MlflowClient(cli_env["MLFLOW_TRACKING_URI"])
+    exp = client.get_experiment_by_name("countdown_baselines").experiment_id
+    (run,) = client.search_runs([exp])
+    overrides = json.loads(run.data.tags["rlbench.overrides"])
+    assert {"sweep=countdown_baselines", "algorithm=grpo", "seed=0", "trainer.steps=1"} <= \
+        set(overrides)
+    board = subprocess.run([*cli, "board", "--experiment", "countdown_baselines", "--out",
+                            str(tmp_path / "b"), "--allow-dirty", "--no-mlflow"], cwd=tmp_path,
+                           env=cli_env, capture_output=True, text=True, timeout=600)
+    assert board.returncode == 0, board.stderr[-2000:]
+    readme = (tmp_path / "b" / "README.md").read_text()
+    line = next(x for x in readme.splitlines() if x.startswith("- Reproduce"))
+    assert line.startswith("- Reproduce: not by two commands: runs of sweep "
+                           "`countdown_baselines` had overrides it does not make: ")
+    assert "`trainer.steps=1` (1)" in line and "`rollout.n=4` (1)" in line
+    # the cell's own values and what cannot change a result are not held against it
+    assert not any(k in line for k in ("algorithm=", "seed=", "backend.threads", "tracking."))
