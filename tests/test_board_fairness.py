@@ -111,9 +111,11 @@ def fair(tmp_path_factory):
     values, n = {}, 0
     for alg, seeds in (("grpo", SEEDS), ("lope", SEEDS), ("dapo", (0,))):
         for seed in seeds:
-            rng = np.random.default_rng(10 * seed + len(alg))
+            rng = np.random.default_rng(10 * seed + {"grpo": 1, "lope": 2, "dapo": 3}[alg])
             ev = [v + rng.normal(0, 0.01) for v in EVAL[alg]]
-            ev8 = [v + 0.2 + rng.normal(0, 0.01) for v in EVAL[alg]]
+            # pass@8 barely differs between rows: its paired p-value is large, so Holm's
+            # step-down (max(2 p_min, p_max)) and Bonferroni's (2 p_max) adjustments differ
+            ev8 = [0.5 + rng.normal(0, 0.02) for _ in EVAL[alg]]
             values[alg, seed] = ev, ev8
             metrics = [(f"eval/heldout/pass_at_{k}", s, v) for k, curve in ((1, ev), (8, ev8))
                        for s, v in zip((0, 10, 20), curve)]
@@ -177,6 +179,7 @@ def test_holm_adjusts_the_pages_paired_comparisons(fair):
         assert float(rows["lope"][f"heldout/pass_at_{k}/vs_baseline_p"]) == \
             pytest.approx(ps[-1], abs=1e-6)
     adjusted = multipletests(ps, alpha=0.05, method="holm")[1]
+    assert 2 * ps[0] < ps[1] < 0.5 and adjusted[1] == pytest.approx(ps[1])  # Bonferroni: 2 p
     for k, adj in zip((1, 8), adjusted):
         assert float(rows["lope"][f"heldout/pass_at_{k}/vs_baseline_p_holm"]) == \
             pytest.approx(adj, abs=1e-6)
