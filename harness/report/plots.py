@@ -7,7 +7,7 @@ tables would. Evaluation curves carry a marker at every evaluation. Rendering is
 (Agg canvas, no timestamp or software metadata): an unchanged store gives the same PNG.
 
 Styles are fixed per algorithm across every board: an algorithm always has the colour
-:func:`style` gives it (builtin algorithms a fixed entry of a 20-colour palette, others one picked
+:func:`style` gives it (builtin algorithms a fixed entry of a 40-colour palette, others one picked
 by a stable hash of the name), and the rows of one algorithm (variants, temperatures, learning
 rates) differ by line style and marker, so 16+ rows stay distinguishable.
 """
@@ -29,12 +29,14 @@ from harness.report.stats import interval
 __all__ = ["ALGORITHM_ORDER", "Curve", "Style", "align", "moving_avg", "plot_curves",
            "seed_curves", "style"]
 
-# Builtin algorithms in a fixed order: entry i of tab20 (and of tab20b after 20) is algorithm i's
-# colour on every board. New algorithms go at the end, so no existing colour moves.
+# Builtin algorithms in a fixed order: entry i of the palette is algorithm i's colour on every
+# board. The palette is tab20's ten dark hues, then its ten light ones, then tab20b, so the first
+# ten algorithms differ in hue. New algorithms go at the end, so no existing colour moves.
 ALGORITHM_ORDER = ("grpo", "dr_grpo", "rloo", "maxrl", "dapo", "reinforce_pp", "cispo", "gppo",
                    "lpo_fwd", "lpo_rev", "agpo", "grpo_aem", "lope", "arbitrary_entropy", "arpo",
                    "aepo")
-_PALETTE = [*colormaps["tab20"].colors, *colormaps["tab20b"].colors]
+_PALETTE = [*colormaps["tab20"].colors[0::2], *colormaps["tab20"].colors[1::2],
+            *colormaps["tab20b"].colors]
 _LINESTYLES = ("-", "--", ":", "-.", (0, (5, 1, 1, 1, 1, 1)), (0, (1, 3)))
 _MARKERS = ("o", "s", "^", "D", "v", "P")
 
