@@ -34,6 +34,15 @@ def git_state(repo: Path | None = None) -> dict[str, Any]:
             "branch": branch if commit and branch != "HEAD" else None}
 
 
+def git_label(state: dict[str, Any] | None = None) -> str:
+    """The run's code as one tag value: ``<commit>``, ``<commit>+dirty`` (tracked files differ
+    from the commit), or ``unknown`` (not a git checkout)."""
+    state = git_state() if state is None else state
+    if not state.get("commit"):
+        return "unknown"
+    return state["commit"] + ("+dirty" if state.get("dirty") else "")
+
+
 def package_versions() -> dict[str, str | None]:
     out: dict[str, str | None] = {}
     for name in PACKAGES:

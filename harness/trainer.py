@@ -53,7 +53,7 @@ from harness.checkpoint import prune_checkpoints, save_checkpoint
 from harness.components import ConfigError, build
 from harness.config import validate_config
 from harness.evaluation import check_eval_sets, evaluate
-from harness.manifest import build_manifest
+from harness.manifest import build_manifest, git_label
 from harness.registry import BACKENDS, MODELS, TASKS
 from harness.rollout import PromptSampler, RolloutContext, on_policy_rows, rollout_metrics
 from harness.rollout_correction import apply_rollout_correction
@@ -171,6 +171,7 @@ class Trainer:
             "rlbench.temperature": str(cfg.rollout.temperature),
             "rlbench.output_dir": str(self.output_dir.resolve()),
             HASH_TAG: self.plan.config_hash, "rlbench.kind": "train",
+            "rlbench.git_commit": git_label(),  # the code the run was made with
             **{k: str(v) for k, v in cfg.tracking.tags.items()},
         }
         self.tracker.start(self.run_name, tags, run_id=self.plan.run_id)
@@ -335,7 +336,9 @@ class Trainer:
                     sums["actor/tokens_trained"] += float(micro["response_mask"].sum())
                     for k, v in m.items():  # micro-batch metrics are additive shares
                         sums[k] += v
-                sums["actor/grad_norm"] += self.engine.optimizer_step()
+                grad_norm = self.engine.optimizer_step()  # before clipping
+                sums["actor/grad_norm"] += grad_norm
+                sums["actor/grad_clipped_frac"] += float(grad_norm > cfg.optim.grad_clip)
                 optimizer_steps += 1
         out = {k: v / max(optimizer_steps, 1) for k, v in sums.items()}
         out["actor/tokens_trained"] = sums["actor/tokens_trained"]  # a count, not a mean

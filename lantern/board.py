@@ -4,15 +4,15 @@
 
 Reads the FINISHED runs tagged ``rlbench.kind=lantern`` of the experiment, groups them by target
 task (``rlbench.task``) and writes, per task, ``<task>/leaderboard.md`` / ``.csv`` (one row per
-agent: seeds, episodes and environment steps to the success threshold, how many seeds reached
-it, normalised area under the eval-success curve, final success — each the mean with a 95%
-interval over seeds: Student-t below 10 seeds, a seeded percentile bootstrap from 10 on, as
-``harness.stats.interval`` — and the paired difference per seed against Q-learning from scratch,
-``†`` when its interval excludes 0) and ``<task>/success.png`` (greedy eval success vs episode,
-mean over seeds with a min-max band); then ``README.md``, the index over tasks with the semantic
-similarity of each task's sources. A seed that never reached the threshold counts the whole
-budget (a lower bound: such cells carry ``*``). Each task's leaderboard is also logged as an
-MLflow run (``rlbench.kind=leaderboard``, ``harness.board_mlflow``).
+agent: seeds, episodes and environment steps to the success threshold, how many seeds reached it,
+normalised area under the eval-success curve, final success — each the mean with a 95% interval
+over seeds: Student-t below 10 seeds, a seeded percentile bootstrap from 10 on, as
+``harness.report.stats.interval`` — and the paired difference per seed against Q-learning from
+scratch, ``†`` when its interval excludes 0) and ``<task>/success.png`` (greedy eval success vs
+episode, mean over seeds with a min-max band); then ``README.md``, the index over tasks with the
+semantic similarity of each task's sources. A seed that never reached the threshold counts the
+whole budget (a lower bound: such cells carry ``*``). Each task's leaderboard is also logged as an
+MLflow run (``rlbench.kind=leaderboard``, ``harness.report.mlflow_log``).
 """
 
 from __future__ import annotations
@@ -29,9 +29,9 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 from mlflow.tracking import MlflowClient
 
-from harness.board_mlflow import log_leaderboard
-from harness.plots import align
-from harness.stats import Interval, interval, paired_interval
+from harness.report.mlflow_log import log_leaderboard
+from harness.report.plots import align
+from harness.report.stats import Interval, interval, paired_interval
 
 BASELINES = ("qlearning", "qlearning_opt")  # Q-learning from scratch: Q₀ = 0 and optimistic
 ORDER = ("qlearning", "qlearning_opt", "single_best", "uniform", "lantern", "lantern_and",

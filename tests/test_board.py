@@ -1,13 +1,13 @@
-"""End-to-end leaderboard generation from a synthetic SQLite MLflow store.
-
-Three algorithms x three seeds of FINISHED runs (drgrpo on seeds 1-3, tagged as a paired variant
-of dapo, so its paired difference covers only seeds 1 and 2), plus a KILLED run and an older,
-superseded duplicate that must not count. Expected numbers are recomputed here with numpy/scipy.
-Pairing configs, variants, temperatures and the bootstrap are in test_board_pairing.py; the
-leaderboard run read back through a real MLflow server in test_board_mlflow.py.
+"""End-to-end leaderboard generation from a synthetic SQLite MLflow store. Three algorithms x three
+seeds of FINISHED runs (drgrpo on seeds 1-3, tagged as a paired variant of dapo, so its paired
+difference covers only seeds 1 and 2), plus a KILLED run and an older duplicate of one cell that
+must be reported, not counted. Expected numbers are recomputed here with numpy/scipy. Pairing
+configs, variants, temperatures and the bootstrap are in test_board_pairing.py; the leaderboard run
+read back through a real MLflow server in test_board_mlflow.py.
 """
 
 import csv
+import functools
 import json
 import math
 import re
@@ -20,9 +20,13 @@ from mlflow.entities import Metric
 from mlflow.tracking import MlflowClient
 from scipy import stats
 
-from harness.board import build_leaderboards, display_tracking_uri
-from harness.board_mlflow import KIND_TAG, LEADERBOARD
-from harness.plots import align as _align
+from harness.report.board import build_leaderboards as _build
+from harness.report.board import display_tracking_uri
+from harness.report.mlflow_log import KIND_TAG, LEADERBOARD
+from harness.report.plots import align as _align
+
+# built from whatever checkout runs the tests; the dirty-tree refusal has its own test
+build_leaderboards = functools.partial(_build, allow_dirty=True)
 
 EVAL_STEPS = [0, 10, 20, 30]
 SEEDS = {"grpo": [0, 1, 2], "dapo": [0, 1, 2], "drgrpo": [1, 2, 3]}
@@ -108,7 +112,8 @@ def _md_table(store, section, sub="countdown-tiny/tiny"):
     """The markdown table under ``## <section>`` as {row: {column: cell}}."""
     md = (store["out"] / sub / "leaderboard.md").read_text()
     body = md.split(f"## {section}\n", 1)[1].split("\n## ", 1)[0]
-    lines = [line for line in body.splitlines() if line.startswith("|")]
+    table = body[body.index("\n|"):].split("\n\n", 1)[0]  # the section's first table
+    lines = [line for line in table.splitlines() if line.startswith("|")]
     header = [c.strip() for c in lines[0].strip("|").split("|")]
     rows = [dict(zip(header, (c.strip() for c in line.strip("|").split("|"))))
             for line in lines[2:]]
@@ -117,9 +122,10 @@ def _md_table(store, section, sub="countdown-tiny/tiny"):
 
 def test_written_files(store):
     d = store["out"] / "countdown-tiny" / "tiny"
-    pngs = ["entropy.png", "heldout-pass_at_1.png", "heldout-pass_at_8.png", "response_len.png",
-            "reward.png", "train-pass_at_1.png"]
-    names = ["leaderboard.csv", "leaderboard.md", *pngs]
+    pngs = ["entropy.png", "heldout-pass_at_1-tokens.png", "heldout-pass_at_1.png",
+            "heldout-pass_at_8-tokens.png", "heldout-pass_at_8.png", "response_len.png",
+            "reward.png", "train-pass_at_1-tokens.png", "train-pass_at_1.png"]
+    names = ["leaderboard.csv", "leaderboard.md", *pngs, "runs.jsonl.gz"]
     assert store["files"] == sorted([store["out"] / "README.md", *(d / n for n in names)])
     md = (d / "leaderboard.md").read_text()
     for png in pngs:
@@ -162,14 +168,17 @@ def test_csv_means_cis_and_order(store):
             assert row["tokens_trained_mean"] == "nan"
 
 
-def test_killed_and_superseded_runs_not_counted(store):
+def test_killed_runs_not_counted_and_duplicates_reported(store):
     rows = _rows(store)
     grpo_ids = rows["grpo"]["run_ids"].split(";")
     assert store["killed"] not in grpo_ids and store["stale"] not in grpo_ids
     assert grpo_ids == [store["runs"]["grpo", s][0] for s in SEEDS["grpo"]]
     md = (store["out"] / "countdown-tiny" / "tiny" / "leaderboard.md").read_text()
     assert "KILLED: 1" in md
-    assert "Superseded" in md and store["stale"] in md
+    duplicates = md.split("## Duplicate runs\n", 1)[1].split("<details>", 1)[0]
+    assert f"**grpo** seed 1: `{store['stale']}`, `{store['runs']['grpo', 1][0]}` (used)" \
+        in duplicates
+    assert "1 duplicate run(s) of a cell" in md
 
 
 @pytest.mark.parametrize(("alg", "base", "shared"), [("dapo", "grpo", [0, 1, 2]),
@@ -237,7 +246,7 @@ def test_markdown_header_and_traceability(store):
     assert "rlbench board --tracking-uri sqlite:///mlruns.db --experiment rlbench" in md
     assert "unbiased Codex estimator" in md and "Student-t 95%" in md
     assert "Pairing config: `conf/board/default.yaml`; default baseline `grpo`" in md
-    assert "Generated from 10 finished runs (1 superseded)" in md
+    assert "Generated from 10 finished runs (1 duplicates)" in md
     assert "Primary metric: heldout pass@1 (final)" in md
     for run_id, _ in store["runs"].values():
         assert run_id in md

@@ -1,13 +1,15 @@
-"""Student-t and bootstrap intervals and paired differences against hand-computed values."""
+"""Student-t and bootstrap intervals, their p-values, paired differences and Holm's correction
+against hand-computed values."""
 
 import math
 
 import numpy as np
 import pytest
 
-from harness.stats import (
+from harness.report.stats import (
     Interval,
     bootstrap_interval,
+    holm,
     interval,
     mean_ci,
     paired_diff,
@@ -94,7 +96,7 @@ def test_bootstrap_is_deterministic_and_seeded():
     assert (c.low, c.high) != (a.low, a.high)
     assert c.low == pytest.approx(a.low, abs=0.05) and c.high == pytest.approx(a.high, abs=0.05)
     assert bootstrap_interval([0.3] * 12) == Interval(pytest.approx(0.3), pytest.approx(0.3),
-                                                      pytest.approx(0.3), 12, "bootstrap")
+                                                      pytest.approx(0.3), 12, "bootstrap", 0.0)
 
 
 def test_bootstrap_coverage_and_agreement_with_t():
@@ -148,3 +150,33 @@ def test_interval_validates_arguments():
         bootstrap_interval([1.0, 2.0], confidence=1.0)
     with pytest.raises(ValueError, match="resamples"):
         bootstrap_interval([1.0, 2.0], resamples=0)
+
+
+def test_t_p_value_by_hand():
+    # x = 1, 2, 3, 4: t = 2.5 / 0.645497 = 3.872983 on 3 df; two-sided p = 2 * sf(t) = 0.030466
+    assert t_interval([1, 2, 3, 4]).p == pytest.approx(0.030466, abs=1e-6)
+    assert t_interval([-1, -2, -3, -4]).p == pytest.approx(0.030466, abs=1e-6)
+    assert t_interval([0.3, 0.3]).p == 0.0 and t_interval([0.0, 0.0]).p == 1.0
+    assert math.isnan(t_interval([1.0]).p)
+
+
+@pytest.mark.parametrize("shift", [0.0, 0.2, 0.45, 0.7])
+def test_p_below_level_exactly_when_the_interval_excludes_zero(shift):
+    x = np.random.default_rng(5).normal(shift, 1.0, size=12)  # bootstrap from 10 on
+    for iv in (interval(x), interval(x[:6])):  # bootstrap, t
+        assert (iv.p < 0.05) == iv.excludes_zero or abs(iv.p - 0.05) < 0.01
+
+
+def test_bootstrap_p_is_twice_the_smaller_tail():
+    # all 10,000 resampled means of positive values are > 0: p = 0; a sample centred on 0 has
+    # about half its resampled means on each side: p near 1
+    assert bootstrap_interval([0.1, 0.2, 0.3] * 4).p == 0.0
+    assert bootstrap_interval([-1.0, 1.0] * 6).p == pytest.approx(1.0, abs=0.05)
+
+
+def test_holm_by_hand():
+    # sorted p 0.01, 0.03, 0.04, 0.2 (m = 4): 4 * 0.01 = 0.04, 3 * 0.03 = 0.09, 2 * 0.04 = 0.08
+    # -> running max 0.09, 1 * 0.2 = 0.2; nan stays out of the family
+    assert holm([0.04, 0.01, float("nan"), 0.2, 0.03]) == pytest.approx(
+        [0.09, 0.04, float("nan"), 0.2, 0.09], nan_ok=True)
+    assert holm([]) == []

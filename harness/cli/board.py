@@ -1,4 +1,4 @@
-"""``rlbench board``: leaderboards from MLflow queries (the engine is :mod:`harness.board`)."""
+"""``rlbench board``: leaderboards from MLflow queries (built by :mod:`harness.report.board`)."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import argparse
 
 
 def cmd_board(args: argparse.Namespace) -> None:
-    from harness.board import build_leaderboards
+    from harness.report.board import build_leaderboards
     from harness.tracking import resolve_tracking_uri
 
     if args.track:  # a track's board has its own default experiment and output dir
@@ -21,6 +21,7 @@ def cmd_board(args: argparse.Namespace) -> None:
     args.out = args.out or "leaderboards"
     written = build_leaderboards(resolve_tracking_uri(args.uri), args.experiment, args.out,
                                  baseline=args.baseline, config=args.config,
-                                 log_to_mlflow=args.mlflow)
+                                 log_to_mlflow=args.mlflow, variant=tuple(args.variant),
+                                 allow_dirty=args.allow_dirty, export=args.export)
     for path in written:
         print(path)

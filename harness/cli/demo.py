@@ -23,7 +23,9 @@ import sys
 import time
 from pathlib import Path
 
-EXPERIMENT = "rlbench"
+from harness.config import compose_config
+
+SWEEP = "countdown_baselines"
 DEFAULT_DIR = "rlbench-demo"
 
 
@@ -42,23 +44,25 @@ def run_demo(directory: str | None = None) -> None:
     uri = f"sqlite:///{root / 'mlruns.db'}"
     env = {**os.environ, "MLFLOW_TRACKING_URI": uri}
     jobs = max(1, min(os.cpu_count() or 1, 18))  # 18 cells in sweep=countdown_baselines
+    # the named sweep owns its experiment, so smoke runs in the default one never join its rows
+    experiment = compose_config([f"sweep={SWEEP}"]).tracking.experiment
     _run(["pretrain", "model=tiny", "task=countdown"], env)
     _run([
         "sweep",
-        "sweep=countdown_baselines",
-        f"tracking.experiment={EXPERIMENT}",
+        f"sweep={SWEEP}",
         "hydra/launcher=joblib",
         f"hydra.launcher.n_jobs={jobs}",
         f"hydra.sweep.dir={root / 'multirun'}/${{now:%Y%m%d-%H%M%S}}",
         "trainer.status_every=50",
     ], env)
     boards = root / "leaderboards"
-    _run(["board", "--experiment", EXPERIMENT, "--out", str(boards)], env)
+    # a local demo may run from a modified checkout; the board then says so
+    _run(["board", "--experiment", experiment, "--out", str(boards), "--allow-dirty"], env)
     minutes = (time.perf_counter() - start) / 60
     print(
         f"\nDone in {minutes:.1f} min. Everything is under {root}:\n"
         f"  leaderboards:  {boards / 'README.md'}\n"
-        f"  MLflow runs:   {uri}  (experiment {EXPERIMENT!r})\n"
+        f"  MLflow runs:   {uri}  (experiment {experiment!r})\n"
         f"  cells:         {root / 'multirun'} (log, config, last checkpoint of each)\n"
         f"  browse them:   rlbench ui --uri {uri}",
         flush=True,

@@ -11,6 +11,7 @@ end.
 from __future__ import annotations
 
 import contextlib
+import json
 import logging
 import os
 import shutil
@@ -221,11 +222,15 @@ def format_seconds(s: float) -> str:
 def _train_job(cfg: Any) -> Any:
     from hydra.core.hydra_config import HydraConfig
     from hydra.types import RunMode
+    from omegaconf import open_dict
 
     from harness.trainer import Trainer
 
     hydra_cfg = HydraConfig.get()
     _cap_threads(cfg, hydra_cfg)
+    # the job's own overrides, so a board can tell whether its named sweep alone reproduces it
+    with open_dict(cfg.tracking.tags):
+        cfg.tracking.tags["rlbench.overrides"] = json.dumps(list(hydra_cfg.overrides.task))
     run_dir = Path(hydra_cfg.runtime.output_dir)
     multirun = hydra_cfg.mode == RunMode.MULTIRUN
     trainer = None

@@ -87,6 +87,13 @@ def _board_arguments(p: argparse.ArgumentParser) -> None:
                    help="board config: baseline and pairings (default conf/board/default.yaml)")
     p.add_argument("--no-mlflow", dest="mlflow", action="store_false",
                    help="do not log the leaderboards as MLflow runs")
+    p.add_argument("--variant", action="append", default=[], metavar="FIELD",
+                   help="a run field (params.<key> or tags.<tag>) whose value joins the row "
+                        "label, splitting rows on it (repeatable)")
+    p.add_argument("--allow-dirty", action="store_true",
+                   help="build from a checkout with uncommitted changes (the board says so)")
+    p.add_argument("--no-export", dest="export", action="store_false",
+                   help="do not write runs.jsonl.gz (the runs behind each board)")
     p.add_argument("--track", default=None,
                    help="the leaderboard of a track outside the LLM loop (e.g. lantern)")
 

@@ -4,11 +4,13 @@ Two variants (``task.variant``):
 
 * ``tiny`` - a CPU testbed for tiny models: every multiset of 3 numbers from 1..15 with every
   positive integer target reachable with ``+ - *`` (9,367 problems), split deterministically into
-  a held-out eval set (500) and a train pool (8,867). The space is large enough that RL has to
-  generalise rather than memorise the pool (with numbers up to 9 there are only 1,973 problems,
-  and RL mostly overfits them; docs/design.md, "Testbed calibration"). The prompt is
-  ``"3 6 7=15:"``, the response is the bare expression, and the reward is binary by default so
-  group baselines are clean.
+  a held-out eval set (500) and a train pool (8,867); ``tiny.validation`` > 0 moves that many
+  problems from the end of the pool (never in the warm start) to the eval set ``validation``,
+  disjoint from ``heldout``, for choosing hyperparameters (conf/sweep/lpo_lr_tuning.yaml). The
+  space is large enough that RL has to generalise rather than memorise the pool (with numbers up
+  to 9 there are only 1,973 problems, and RL mostly overfits them; docs/design.md, "Testbed
+  calibration"). The prompt is ``"3 6 7=15:"``, the response is the bare expression, and the
+  reward is binary by default so group baselines are clean.
 * ``full`` - TinyZero's Countdown-Tasks-3to4 problems (8,001 train, 2,001 test; see
   ``data/SOURCE.md``) with TinyZero's prompt and a safe version of its reward: the last
   ``<answer>...</answer>`` is parsed (never evaluated) by :mod:`tasks.countdown.verifier`.
@@ -70,6 +72,7 @@ class TinyConfig:
     max_number: int = 15
     ops: str = "+-*"
     heldout: int = 500
+    validation: int = 0
     warmstart_fraction: float = 0.3
     split_seed: int = 0
     max_new_tokens: int = 12
@@ -101,7 +104,7 @@ class FullConfig:
     eval: dict[str, EvalProtocol] = field(default_factory=_full_eval_default)
 
 
-_EVAL_SETS = {"tiny": ("heldout",), "full": ("countdown34", "countdown4")}
+_EVAL_SETS = {"tiny": ("heldout", "validation"), "full": ("countdown34", "countdown4")}
 
 
 @register_task("countdown")
@@ -130,8 +133,12 @@ class CountdownTask(VariantTask):
                     f"task.{config.variant}.eval.{key} is not an eval set of variant "
                     f"{config.variant!r}; valid: {', '.join(_EVAL_SETS[config.variant])}"
                 )
+        if config.variant == "tiny" and "validation" in section.eval and section.validation < 1:
+            raise ValueError("task.tiny.eval.validation needs task.tiny.validation > 0 (the "
+                             "number of train-pool problems set aside for it)")
         self._train: list[Example] | None = None
         self._evals: dict[str, list[Example]] | None = None
+        self._pool: list[Example] = []  # the tiny train pool before validation is set aside
         self._warmstart: list[tuple[Example, str]] | None = None
 
     # -- data -----------------------------------------------------------------------------------
@@ -162,17 +169,27 @@ class CountdownTask(VariantTask):
             for i, (nums, target) in enumerate(problems)
         ]
         random.Random(cfg.split_seed).shuffle(examples)
-        return examples[cfg.heldout :], {"heldout": examples[: cfg.heldout]}
+        self._pool = pool = examples[cfg.heldout :]
+        # validation comes from the end of the pool, past the warm-start share, so the warm start
+        # (and the cached model) is the same with or without it
+        free = len(pool) - self._warmstart_count(len(pool))
+        if not 0 <= cfg.validation <= free:
+            raise ValueError(f"task.tiny.validation={cfg.validation} must be between 0 and {free} "
+                             "(the train-pool problems outside the warm start)")
+        cut = len(pool) - cfg.validation
+        return pool[:cut], {"heldout": examples[: cfg.heldout], "validation": pool[cut:]}
+
+    def _warmstart_count(self, pool_size: int) -> int:
+        fraction = self.config.tiny.warmstart_fraction
+        if not 0.0 <= fraction <= 1.0:
+            raise ValueError(f"task.tiny.warmstart_fraction={fraction} must be in [0, 1]")
+        return round(fraction * pool_size)
 
     def _tiny_warmstart(self) -> list[tuple[Example, str]]:
         cfg = self.config.tiny
-        if not 0.0 <= cfg.warmstart_fraction <= 1.0:
-            raise ValueError(
-                f"task.tiny.warmstart_fraction={cfg.warmstart_fraction} must be in [0, 1]"
-            )
-        train = self.train_examples()
+        self._load()
         pairs = []
-        for ex in train[: round(cfg.warmstart_fraction * len(train))]:
+        for ex in self._pool[: self._warmstart_count(len(self._pool))]:
             expr = solve(ex.answer["numbers"], ex.answer["target"], cfg.ops)
             assert expr is not None, f"{ex.id} is unsolvable, but tiny problems are by design"
             pairs.append((ex, expr))

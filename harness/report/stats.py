@@ -10,6 +10,13 @@ the same runs is byte-identical.
 Two algorithms run on the same seeds share their seed-induced noise (same data order, same initial
 sampling state), so comparing them *per seed* (a paired difference) is much tighter than comparing
 two independent means; :func:`paired_interval` does that over the seeds both algorithms have.
+
+Every interval carries the two-sided p-value of "the mean is 0" from the same procedure (a
+one-sample t-test, or the percentile bootstrap's own tail mass), so the interval excludes 0
+exactly when p < 1 - confidence (up to the bootstrap's quantile interpolation). A board makes many
+paired comparisons at once; :func:`holm` adjusts their p-values for the family (Holm's step-down
+procedure, statsmodels' ``multipletests``), which controls the chance of any false "†" at
+1 - confidence.
 """
 
 from __future__ import annotations
@@ -24,6 +31,7 @@ from scipy import stats as _st
 __all__ = [
     "Interval",
     "bootstrap_interval",
+    "holm",
     "interval",
     "mean_ci",
     "paired_diff",
@@ -42,13 +50,15 @@ class Interval:
     """A mean over ``n`` values with a two-sided confidence interval ``[low, high]``.
 
     ``method`` is ``"t"`` (Student-t), ``"bootstrap"`` (percentile bootstrap) or ``"none"``
-    (fewer than two values: no spread to estimate, ``low``/``high`` are nan)."""
+    (fewer than two values: no spread to estimate, ``low``/``high`` are nan). ``p`` is the
+    two-sided p-value of "the mean is 0" by the same method (nan for ``"none"``)."""
 
     mean: float
     low: float
     high: float
     n: int
     method: str
+    p: float = math.nan
 
     @property
     def half_width(self) -> float:
@@ -85,10 +95,13 @@ def t_interval(values: Iterable[float], confidence: float = 0.95) -> Interval:
     x = _array(values)
     if (d := _degenerate(x)) is not None:
         return d
-    mean = float(x.mean())
-    half = float(_st.t.ppf(0.5 + confidence / 2.0, df=x.size - 1)) * float(x.std(ddof=1)) \
-        / math.sqrt(x.size)
-    return Interval(mean, mean - half, mean + half, int(x.size), "t")
+    mean, sd = float(x.mean()), float(x.std(ddof=1))
+    half = float(_st.t.ppf(0.5 + confidence / 2.0, df=x.size - 1)) * sd / math.sqrt(x.size)
+    if sd > 0:
+        p = float(2.0 * _st.t.sf(abs(mean) / (sd / math.sqrt(x.size)), df=x.size - 1))
+    else:  # no spread: the mean is exactly what every value is
+        p = 1.0 if mean == 0 else 0.0
+    return Interval(mean, mean - half, mean + half, int(x.size), "t", p)
 
 
 def bootstrap_interval(values: Iterable[float], confidence: float = 0.95,
@@ -112,7 +125,9 @@ def bootstrap_interval(values: Iterable[float], confidence: float = 0.95,
     ])
     alpha = 1.0 - confidence
     low, high = np.quantile(means, [alpha / 2.0, 1.0 - alpha / 2.0])
-    return Interval(float(x.mean()), float(low), float(high), int(x.size), "bootstrap")
+    # the smallest level whose percentile interval still excludes 0
+    p = min(1.0, 2.0 * min(float((means <= 0).mean()), float((means >= 0).mean())))
+    return Interval(float(x.mean()), float(low), float(high), int(x.size), "bootstrap", p)
 
 
 def interval(values: Iterable[float], confidence: float = 0.95,
@@ -124,6 +139,21 @@ def interval(values: Iterable[float], confidence: float = 0.95,
     if x.size >= bootstrap_min_n:
         return bootstrap_interval(x, confidence, resamples, seed)
     return t_interval(x, confidence)
+
+
+def holm(pvalues: Iterable[float], confidence: float = 0.95) -> list[float]:
+    """Holm-adjusted p-values of a family (nan entries are left out of the family and stay nan):
+    a comparison is significant family-wise at 1 - ``confidence`` when its adjusted p is below
+    that level."""
+    from statsmodels.stats.multitest import multipletests
+
+    _check(confidence)
+    p = np.asarray(list(pvalues), dtype=float)
+    out = np.full(p.shape, math.nan)
+    ok = ~np.isnan(p)
+    if ok.any():
+        out[ok] = multipletests(p[ok], alpha=1.0 - confidence, method="holm")[1]
+    return [float(v) for v in out]
 
 
 def mean_ci(values: Iterable[float], confidence: float = 0.95) -> tuple[float, float]:

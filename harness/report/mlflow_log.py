@@ -4,8 +4,12 @@ sweep's finished-cell check never mistake it for a training run).
 
 Each run holds the table as an MLflow table artifact (``leaderboard_table.json``, viewable in the
 UI's artifact view and loadable with ``MlflowClient.load_table``), the markdown and CSV pages, the
-PNG curves, ``runs.json`` (the training runs behind each row) and a tag per row listing them
-(``rlbench.leaderboard.runs.<row>`` = ``seed:run_id,...``). Rebuilding a leaderboard replaces its
+PNG curves, ``runs.json`` (the training runs behind each row), the export of those runs
+(``runs.jsonl.gz``) and a tag per row listing them (``rlbench.leaderboard.runs.<row>`` =
+``seed:run_id,...``). A board with a selection (the learning-rate protocol) also records, per row,
+the grid and the choice: ``rlbench.leaderboard.selection.<row>`` = ``value:mean,...|chosen``
+(the mean of the selection metric over seeds at each value), and the params ``select.key`` and
+``select.metric``. Rebuilding a leaderboard replaces its
 run: the new run is logged completely first, then the previous leaderboard runs of the same group
 are deleted (MLflow's soft delete; ``mlflow gc`` purges them), so a failed rebuild leaves the old
 one in place.
@@ -22,20 +26,25 @@ from pathlib import Path
 from mlflow.entities import Param, RunTag, ViewType
 from mlflow.tracking import MlflowClient
 
-__all__ = ["KIND_TAG", "LEADERBOARD", "log_leaderboard", "row_tag"]
+__all__ = ["KIND_TAG", "LEADERBOARD", "log_leaderboard", "row_tag", "selection_tag"]
 
 KIND_TAG = "rlbench.kind"
 LEADERBOARD = "leaderboard"
 TABLE_FILE = "leaderboard_table.json"
 _MAX_TAG = 8000  # MLflow's tag value limit
 _MAX_PARAM = 6000
-_TEXT_COLUMNS = {"row", "algorithm", "variant", "temperature", "baseline", "baseline_via",
-                 "seeds", "run_ids"}
+_TEXT_COLUMNS = {"row", "algorithm", "variant", "temperature", "selected", "baseline",
+                 "baseline_via", "seeds", "run_ids"}
 
 
 def row_tag(row_key: str) -> str:
     """The tag listing a row's runs; MLflow keys allow letters, digits, ``_ - . / :`` and space."""
     return "rlbench.leaderboard.runs." + re.sub(r"[^\w.\-/: ]", "_", row_key)
+
+
+def selection_tag(row_key: str) -> str:
+    """The tag holding a row's selection grid and choice."""
+    return "rlbench.leaderboard.selection." + re.sub(r"[^\w.\-/: ]", "_", row_key)
 
 
 def _typed(records: list[dict[str, str]]) -> dict[str, list]:
@@ -69,13 +78,14 @@ def _previous(client: MlflowClient, exp_id: str, group_tags: dict[str, str]) -> 
 def log_leaderboard(client: MlflowClient, exp_id: str, *, name: str, group_tags: dict[str, str],
                     files: Sequence[Path], records: list[dict[str, str]],
                     row_runs: dict[str, list[tuple[str, str]]], info: dict[str, str],
-                    note: str) -> str:
+                    note: str, selection: dict[str, str] | None = None) -> str:
     """Log one leaderboard as a FINISHED run, then delete the group's previous leaderboard runs.
 
     ``group_tags``: the tags identifying the group (task, variant, model); ``files``: the
     markdown, CSV and PNGs; ``records``: the CSV rows (the MLflow table); ``row_runs``: row key
     -> [(seed, run id)]; ``info``: extra params (experiment, command, ...); ``note``: the run's
-    description (markdown shown on the run page). Returns the new run's id."""
+    description (markdown shown on the run page); ``selection``: row key -> its grid and
+    choice (``value:mean,...|chosen``). Returns the new run's id."""
     old = _previous(client, exp_id, group_tags)
     all_ids = [rid for runs in row_runs.values() for _, rid in runs]
     tags = {KIND_TAG: LEADERBOARD, **group_tags,
@@ -84,6 +94,8 @@ def log_leaderboard(client: MlflowClient, exp_id: str, *, name: str, group_tags:
     for key, runs in row_runs.items():
         value = ",".join(f"{seed}:{rid}" for seed, rid in runs)
         tags[row_tag(key)] = value if len(value) <= _MAX_TAG else "(see runs.json)"
+    for key, value in (selection or {}).items():
+        tags[selection_tag(key)] = value[:_MAX_TAG]
     joined = ",".join(all_ids)
     tags["rlbench.leaderboard.source_runs"] = joined if len(joined) <= _MAX_TAG \
         else "(see runs.json)"

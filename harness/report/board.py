@@ -1,0 +1,376 @@
+"""Leaderboard generator: MLflow runs -> markdown/CSV tables, PNG curves, an export of the runs
+and a leaderboard run in MLflow (``rlbench board``).
+
+Every number on a leaderboard must trace back to logged runs, so nothing here is typed by hand:
+``build_leaderboards`` queries the MLflow tracking store, keeps FINISHED training runs
+(``rlbench eval`` runs too, labelled ``<algorithm>@eval``; leaderboard runs are skipped; others
+are counted in a footnote), groups them by (task, task_variant, model) and then into rows, one
+configuration each (:mod:`harness.report.collect`: runs that differ in any resolved key but the
+seed are never pooled; the board refuses, naming the keys, where a row would mix them), and
+writes one directory per group with
+
+- ``leaderboard.md``/``.csv``: per row and eval set pass@1, pass@k for every logged k, mean@n
+  and maj@k, as mean with a 95% interval over seeds (:mod:`harness.report.stats`); paired
+  differences against the row's baseline on shared seeds, each marked † when its interval
+  excludes 0 and ‡ when it survives Holm's correction over the page's family; change since step
+  0; step size (learning rate, pre-clip gradient norm, share of clipped steps); cost (tokens
+  generated and trained, wall time, memory); quality at the smallest common token budget; with
+  a selection (``select`` in the board config, e.g. the learning rate on a validation split)
+  the grid and the choice;
+- PNG curves (:mod:`harness.report.plots`) against step and, for evaluations, against tokens
+  generated;
+- ``runs.jsonl.gz``: the runs behind the page (:mod:`harness.report.provenance`);
+
+then an index ``README.md`` with the two commands that reproduce the board (the named sweep its
+runs were launched by, ``rlbench.sweep``, and this ``rlbench board`` command), the commits the
+runs were made at, the board's own commit and date, and per group a leaderboard run in the same
+MLflow experiment (:mod:`harness.report.mlflow_log`). A checkout with uncommitted changes is
+refused unless ``allow_dirty``. Files other than the README's date line are deterministic, so
+regenerating an unchanged store gives a clean ``git diff``; ``SOURCE_DATE_EPOCH`` fixes the date.
+
+Run conventions read here (written by the trainer): tags ``rlbench.{algorithm,task,task_variant,
+model,seed,temperature,baseline,kind,sweep,git_commit}``; params (the flattened config);
+summary metrics ``final/<set>/{pass,mean,maj}_at_<k>``, ``start/<set>/...``, ``final/{steps,
+tokens_total,tokens_trained,wall_s,peak_mem_mb,peak_gpu_mem_mb}``; step metrics
+``eval/<set>/pass_at_<k>``, ``rollout/{reward_mean,entropy,response_len_mean,tokens_total}``,
+``actor/{grad_norm,grad_clipped_frac}``.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import math
+import os
+import re
+import shlex
+from collections import Counter
+from pathlib import Path
+
+from mlflow.entities import ViewType
+from mlflow.tracking import MlflowClient
+
+from harness.report.budget import TOKENS, History, fill_budget
+from harness.report.collect import Group, collect, distinguishing_keys
+from harness.report.config import REPO, BoardConfig, BoardError, load_config
+from harness.report.mlflow_log import log_leaderboard
+from harness.report.page import Page, commits_line, render_markdown
+from harness.report.plots import plot_curves, seed_curves, style
+from harness.report.provenance import checkout, display_tracking_uri, export_runs, reproduce
+from harness.report.stats import holm, interval, paired_interval
+from harness.report.tables import COSTS, DYNAMICS, Row, Spec, cell, late_means, render_csv, table
+
+__all__ = ["BoardConfig", "build_leaderboards", "display_tracking_uri", "load_config"]
+
+_SPEC_RE = re.compile(r"^final/(.+)/(pass|mean|maj)_at_(\d+)$")
+_ROLLOUT_PLOTS = (  # file, metric, title, y label
+    ("reward.png", "rollout/reward_mean", "training reward", "mean reward"),
+    ("entropy.png", "rollout/entropy", "rollout entropy", "mean token entropy"),
+    ("response_len.png", "rollout/response_len_mean", "response length",
+     "mean response length (tokens)"),
+    ("grad_norm.png", "actor/grad_norm", "pre-clip gradient norm", "gradient norm"),
+)
+EXPORT = "runs.jsonl.gz"
+
+
+# ---------------------------------------------------------------------------------- rows
+
+def _specs(rows: list[Row], cfg: BoardConfig) -> list[Spec]:
+    skip = cfg.select.eval_set if cfg.select else None  # the selection split is not reported
+    found = {Spec(m.group(1), m.group(2), int(m.group(3)))
+             for row in rows for r in row.runs.values() for key in r.metrics
+             if (m := _SPEC_RE.match(key)) and m.group(1) != skip}
+    return sorted(found, key=Spec.sort_key)
+
+
+def _primary(specs: list[Spec]) -> Spec | None:
+    """The first eval set (by name) at pass@1, else its smallest pass@k, else its first metric."""
+    if not specs:
+        return None
+    first = [s for s in specs if s.eval_set == specs[0].eval_set]
+    return min(first, key=lambda s: (s.kind != "pass", s.k != 1, s.k))
+
+
+def _per_seed(row: Row, key: str) -> dict[str, float]:
+    return {s: r.metrics[key] for s, r in row.runs.items()
+            if key in r.metrics and not math.isnan(r.metrics[key])}
+
+
+def _pair(rows: list[Row], cfg: BoardConfig, default: str) -> None:
+    """Baseline of each row: its runs' ``rlbench.baseline`` tag, else ``cfg.pairs`` for
+    ``algorithm@variant`` then ``algorithm``, else ``default``. The name matches a row's label
+    (or, failing that, an algorithm); among several, the one at the same temperature."""
+    for row in rows:
+        tagged = sorted({r.baseline for r in row.runs.values() if r.baseline})
+        if tagged:
+            name, via = tagged[0], "tag"
+        elif row.label in cfg.pairs or row.algorithm in cfg.pairs:
+            name, via = cfg.pairs.get(row.label, cfg.pairs.get(row.algorithm, "")), "pairs"
+        else:
+            name, via = default, "default"
+        if not name or name == row.label:
+            continue
+        cands = [r for r in rows if r.label == name] or [r for r in rows if r.algorithm == name]
+        same_t = [r for r in cands if r.temperature == row.temperature]
+        chosen = same_t if len(same_t) == 1 else cands
+        if len(chosen) == 1 and chosen[0] is not row:
+            row.baseline, row.baseline_via = chosen[0].key, via
+        elif not chosen:
+            row.baseline_note = f"no {name} runs"
+        elif len(chosen) > 1:
+            row.baseline_note = f"{name} ambiguous"
+
+
+def _fill(rows: list[Row], specs: list[Spec], cfg: BoardConfig) -> int:
+    """Intervals of every row; Holm's adjustment over the page's paired comparisons. Returns
+    the size of that family."""
+    opts = cfg.interval_options
+    by_key = {r.key: r for r in rows}
+    for row in rows:
+        base = by_key.get(row.baseline)
+        for s in specs:
+            fin, start = _per_seed(row, f"final/{s.name}"), _per_seed(row, f"start/{s.name}")
+            row.final[s.name] = interval(fin.values(), *opts)
+            row.start[s.name] = interval(start.values(), *opts)
+            row.delta[s.name] = interval([fin[k] - start[k] for k in fin if k in start], *opts)
+            if base:
+                row.vs[s.name] = paired_interval(fin, _per_seed(base, f"final/{s.name}"), *opts)
+        for d in DYNAMICS:
+            late = _per_seed(row, f"final/{d.key}")
+            row.final[d.key] = interval(late.values(), *opts)
+            if base and d.paired:
+                row.vs[d.key] = paired_interval(late, _per_seed(base, f"final/{d.key}"), *opts)
+        for c in COSTS:
+            row.cost[c.key] = interval(_per_seed(row, f"final/{c.key}").values(), *opts)
+    family = [(row, name) for row in rows for name, iv in row.vs.items()
+              if iv.n >= 2 and not math.isnan(iv.p)]
+    for (row, name), p in zip(family, holm([row.vs[n].p for row, n in family], cfg.confidence)):
+        row.holm[name] = p
+    return len(family)
+
+
+def _rank(rows: list[Row], prim: Spec | None) -> list[Row]:
+    def order(row: Row) -> tuple[bool, float, str]:
+        m = row.final[prim.name].mean if prim else math.nan
+        return (math.isnan(m), -m if not math.isnan(m) else 0.0, row.key)
+
+    return sorted(rows, key=order)
+
+
+def _styles(rows: list[Row]) -> None:
+    seen: Counter[str] = Counter()
+    for row in sorted(rows, key=lambda r: r.key):
+        row.style_index = seen[row.algorithm]
+        seen[row.algorithm] += 1
+
+
+# ---------------------------------------------------------------------------------- pages
+
+def _plots(history: History, d: Path, title: str, rows: list[Row], specs: list[Spec],
+           cfg: BoardConfig) -> list[tuple[str, str]]:
+    """Write the group's PNGs (only curves something was logged for); (file, alt text)."""
+    pct = f"{round(cfg.confidence * 100)}%"
+    band = f"band = {pct} interval over seeds, as in the tables"
+    items = []
+    for s in specs:
+        if s.kind == "pass":
+            base = f"{_safe(s.eval_set)}-pass_at_{s.k}"
+            items += [(f"{base}.png", f"eval/{s.name}", s.title, f"{s.title}\n({band})", 1,
+                       None), (f"{base}-tokens.png", f"eval/{s.name}", s.title,
+                               f"{s.title}\n({band})", 1, TOKENS)]
+    items += [(f, m, t, f"{y}\n({cfg.smooth}-pt moving avg; {band})", cfg.smooth, None)
+              for f, m, t, y in _ROLLOUT_PLOTS]
+    opts = dict(zip(("confidence", "bootstrap_min_n", "resamples", "seed"),
+                    cfg.interval_options))
+    written = []
+    for name, metric, what, ylabel, w, x_metric in items:
+        curves = seed_curves(((r.key, style(r.algorithm, r.style_index), r.store_ids)
+                              for r in rows), history.of(metric),
+                             history.of(x_metric) if x_metric else None)
+        if curves:
+            evals = metric.startswith("eval/")
+            plot_curves(d / name, curves, f"{title}: {what}", ylabel, smooth=w, markers=evals,
+                        xlabel="tokens generated" if x_metric else "training step", **opts)
+            written.append((name, f"{what} vs {'tokens generated' if x_metric else 'step'}"))
+    for stale in sorted(d.glob("*.png")):  # curves of an earlier build that no longer exist
+        if stale.name not in {n for n, _ in written}:
+            stale.unlink()
+    return written
+
+
+def _safe(name: str) -> str:
+    return re.sub(r"[^A-Za-z0-9_.-]+", "_", name).strip(".") or "_"
+
+
+def _today() -> str:
+    epoch = os.environ.get("SOURCE_DATE_EPOCH")
+    now = (_dt.datetime.fromtimestamp(int(epoch), _dt.timezone.utc) if epoch
+           else _dt.datetime.now(_dt.timezone.utc))
+    return now.strftime("%Y-%m-%d")
+
+
+def _shown_out(out: Path) -> str:
+    try:
+        return out.resolve().relative_to(REPO).as_posix()
+    except ValueError:
+        return out.resolve().name
+
+
+# ---------------------------------------------------------------------------------- build
+
+def build_leaderboards(
+    tracking_uri: str,
+    experiment: str = "rlbench",
+    out_dir: str | Path = "leaderboards",
+    baseline: str | None = None,
+    config: str | Path | None = None,
+    log_to_mlflow: bool = True,
+    *,
+    variant: tuple[str, ...] = (),
+    allow_dirty: bool = False,
+    export: bool = True,
+) -> list[Path]:
+    """Query ``experiment`` at ``tracking_uri`` and write leaderboards under ``out_dir``.
+
+    ``config`` is the board config (pairings, row labels, intervals, selection; default
+    ``conf/board/default.yaml``); ``baseline`` replaces its default baseline; ``variant`` adds
+    run fields to the row labels. ``log_to_mlflow`` also logs each leaderboard as a run of the
+    experiment, replacing the previous one; ``export`` writes each group's runs to
+    ``runs.jsonl.gz``. Returns the written files, sorted. Raises :class:`BoardError` for an
+    unknown experiment, one without FINISHED runs, a row that would mix configurations, a bad
+    config, or a checkout with uncommitted changes (unless ``allow_dirty``).
+    """
+    cfg = load_config(config, variant)
+    default = baseline if baseline is not None else cfg.baseline
+    out = Path(out_dir)
+    state = checkout(out)
+    if state.dirty and not allow_dirty:
+        shown = ", ".join(state.dirty[:5]) + (", ..." if len(state.dirty) > 5 else "")
+        raise BoardError(f"the checkout has uncommitted changes ({len(state.dirty)} path(s): "
+                         f"{shown}); commit them so the board names the code it was built "
+                         "with, or pass --allow-dirty (the board then says so)")
+    shown_uri = display_tracking_uri(tracking_uri, out.resolve().parent)
+    client = MlflowClient(tracking_uri)
+    exp = client.get_experiment_by_name(experiment)
+    if exp is None or exp.lifecycle_stage != "active":  # a deleted experiment is "unknown" too
+        names = sorted(e.name for e in client.search_experiments(ViewType.ACTIVE_ONLY))
+        raise BoardError(f"unknown MLflow experiment {experiment!r} at {shown_uri}; existing "
+                         f"experiments: {', '.join(map(repr, names)) or '(none)'}")
+    groups, n_other = collect(client, exp.experiment_id, cfg)
+    if not groups:
+        raise BoardError(f"experiment {experiment!r} at {shown_uri} has no FINISHED runs "
+                         f"({n_other} run(s) in other statuses)")
+    args = ["--experiment", experiment, "--out", _shown_out(out)]
+    args += ["--baseline", baseline] if baseline is not None else []
+    args += ["--config", cfg.source] if config is not None else []
+    args += [a for v in variant for a in ("--variant", v)]
+    board_cmd = "rlbench board " + " ".join(map(shlex.quote, args))
+    args += [] if log_to_mlflow else ["--no-mlflow"]
+    command = "rlbench board " + " ".join(map(shlex.quote, ["--tracking-uri", shown_uri, *args]))
+    all_rows = [r for g in groups.values() for r in g.rows]
+    commit, date = state.describe(allow_dirty), _today()
+    head = ["> Generated by `rlbench board` from MLflow queries — do not edit by hand.", "",
+            f"- Experiment: `{experiment}`", f"- Tracking URI: `{shown_uri}`",
+            f"- Command: `{command}`",
+            reproduce([r for row in all_rows for r in row.runs.values()], board_cmd),
+            f"- Board built at commit `{commit}`."]
+    history = History(client)
+    written: list[Path] = []
+    index: list[str] = []
+    for (task, variant_, model), group in sorted(groups.items()):
+        d = out / _safe(f"{task}-{variant_}") / _safe(model)
+        d.mkdir(parents=True, exist_ok=True)
+        files, summary = _write_group(client, history, d, f"{task}-{variant_} / {model}", group,
+                                      cfg, default, head, export)
+        written += files
+        link = d.relative_to(out).as_posix() + "/leaderboard.md"
+        index += [f"- [{task}-{variant_} / {model}]({link}) — {summary}; {len(group.rows)} rows, "
+                  f"{group.n_used} runs",
+                  f"  - made by `{command}` at commit `{commit}` on {date}"]
+        if log_to_mlflow:
+            _log(client, exp.experiment_id, group, (task, variant_, model), files, cfg, default,
+                 {"experiment": experiment, "command": command, "commit": commit})
+    n_fin = sum(g.n_used + sum(len(rs) - 1 for _, _, rs in g.duplicates)
+                for g in groups.values())
+    readme = ["# rlbench leaderboards", "", *head,
+              commits_line(Counter(r.commit for row in all_rows for r in row.runs.values())),
+              f"- Date: {date} (UTC)",
+              f"- Generated from {n_fin} finished runs ({n_other} run(s) in other statuses "
+              "excluded).", "", *index]
+    (out / "README.md").write_text("\n".join(readme) + "\n")
+    written.append(out / "README.md")
+    return sorted(written)
+
+
+def _write_group(client: MlflowClient, history: History, d: Path, title: str, group: Group,
+                 cfg: BoardConfig, default: str, head: list[str], export: bool,
+                 ) -> tuple[list[Path], str]:
+    rows = group.rows
+    specs = _specs(rows, cfg)
+    prim = _primary(specs)
+    _pair(rows, cfg, default)
+    late_means(history, rows, cfg.final_window)
+    family = _fill(rows, specs, cfg)
+    budget = fill_budget(history, rows, specs, cfg.interval_options)
+    rows = group.rows = _rank(rows, prim)
+    _styles(rows)
+    outside, within = distinguishing_keys(rows)
+    n_dup = sum(len(rs) - 1 for _, _, rs in group.duplicates)
+    excl = sum(group.excluded.values())
+    page_head = [*head, f"- Pairing config: `{cfg.source}`; default baseline `{default}`.",
+                 commits_line(Counter(r.commit for r in group.runs)),
+                 f"- Generated from {group.n_used + n_dup} finished runs"
+                 + (f" ({n_dup} duplicates)" if n_dup else "")
+                 + ("; runs in other statuses excluded[^excluded]." if excl else "."),
+                 f"- Primary metric: {prim.title} (final)." if prim else
+                 "- No `final/<set>/pass_at_<k>` metrics were logged."]
+    selection = []
+    if cfg.select:
+        metric = f"final/{cfg.select.metric}"
+        for row in rows:
+            grid = group.candidates[row.label, row.temperature]
+            selection.append((row.key, [(c.select, interval(_per_seed(c, metric).values(),
+                                                             *cfg.interval_options))
+                                        for c in grid], row.select))
+    page = Page(title, page_head, rows, specs, _plots(history, d, title, rows, specs, cfg),
+                outside, within, selection, budget, group.duplicates, dict(group.excluded),
+                family)
+    records = table(rows, specs, cfg.confidence)
+    (d / "leaderboard.md").write_text(render_markdown(page, cfg, default))
+    (d / "leaderboard.csv").write_text(render_csv(records))
+    files = [d / "leaderboard.md", d / "leaderboard.csv", *(d / n for n, _ in page.plots)]
+    if export:
+        ids = [r.run_id for r in group.runs] + [r.run_id for _, _, rs in group.duplicates
+                                                for r in rs[:-1]]
+        ids += [r.run_id for grid in group.candidates.values() for c in grid
+                for r in c.runs.values()]
+        files.append(export_runs(client, ids, d / EXPORT))
+    group.page, group.records = page, records  # for the MLflow leaderboard run
+    best = rows[0]
+    summary = (f"best **{best.key}**, {prim.title} {cell(best.final[prim.name])}"
+               if prim else "no final pass@k metrics")
+    return files, summary
+
+
+def _log(client: MlflowClient, exp_id: str, group: Group, key: tuple[str, str, str],
+         files: list[Path], cfg: BoardConfig, default: str, info: dict[str, str]) -> None:
+    from harness.report.tables import quality_table
+
+    task, variant, model = key
+    page = group.page
+    note = "\n".join([f"# Leaderboard {page.title}", "", *page.head[2:], "",
+                      *quality_table(page.rows, page.specs), "",
+                      "Artifacts: leaderboard.md, leaderboard.csv, leaderboard_table.json, "
+                      "runs.json, PNG curves."])
+    prim = _primary(page.specs)
+    grids = {f"{row}": ",".join(f"{v}:{iv.mean:.6g}" for v, iv in grid) + f"|{chosen}"
+             for row, grid, chosen in page.selection}
+    log_leaderboard(
+        client, exp_id, name=f"leaderboard {task}-{variant}/{model}",
+        group_tags={"rlbench.task": task, "rlbench.task_variant": variant,
+                    "rlbench.model": model},
+        files=files, records=group.records, row_runs={r.key: r.run_ids for r in page.rows},
+        info={**info, "baseline": default, "config": cfg.source,
+              "primary": prim.name if prim else "",
+              **({"select.key": cfg.select.key, "select.metric": cfg.select.metric}
+                 if cfg.select else {})},
+        note=note, selection=grids)

@@ -1,0 +1,236 @@
+"""From MLflow runs to leaderboard rows: a row is one configuration.
+
+A run's *configuration* is its logged params (the flattened resolved config) minus ``seed`` and
+the keys that cannot change a result (``harness.cells.NON_SEMANTIC_KEYS``: where it logs and
+writes, thread counts, ...). Runs are grouped by (task, task variant, model), then into rows by
+their label (``algorithm``, ``@`` the values of the board's variant fields), sampling temperature
+and, with a selection (``select.key``), the selected key's value. The runs of one row must share
+one configuration: where they do not, :func:`collect` raises :class:`BoardError` naming the keys
+that differ (exit 2) rather than pool or supersede them, e.g. a 1-step smoke run of grpo seed 0
+next to a sweep's 60-step runs. Several FINISHED runs of one cell (same configuration and seed)
+are reported as duplicates on the page; the newest is used.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections import Counter, defaultdict
+from dataclasses import dataclass, field
+from typing import Any
+
+from mlflow.entities import Run as MlflowRun
+from mlflow.entities import ViewType
+from mlflow.tracking import MlflowClient
+
+from harness.cells import NON_SEMANTIC_KEYS
+from harness.report.config import BoardConfig, BoardError
+from harness.report.mlflow_log import KIND_TAG
+from harness.report.tables import Row, Run
+
+__all__ = ["EXPORTED_ID_TAG", "Group", "collect", "distinguishing_keys", "identity"]
+
+EXPORTED_ID_TAG = "rlbench.exported_run_id"  # set on runs imported from a board's export
+_PAGE = 1000
+_NOT_SET = "(not set)"
+
+
+def identity(params: dict[str, str]) -> dict[str, str]:
+    """The configuration of a run: its params minus ``seed`` and the non-semantic keys."""
+    def semantic(key: str) -> bool:
+        return key != "seed" and not any(key == k or key.startswith(k + ".")
+                                         for k in NON_SEMANTIC_KEYS)
+
+    return {k: v for k, v in params.items() if semantic(k)}
+
+
+@dataclass
+class Group:
+    """The rows of one (task, task variant, model), with what :func:`collect` set aside."""
+
+    rows: list[Row] = field(default_factory=list)
+    duplicates: list[tuple[Row, str, list[Run]]] = field(default_factory=list)  # row, seed, runs
+    candidates: dict[tuple[str, str], list[Row]] = field(default_factory=dict)  # grids
+    excluded: Counter[str] = field(default_factory=Counter)  # status -> count
+    page: Any = None  # the page written for it (harness.report.page.Page)
+    records: list[dict[str, str]] = field(default_factory=list)  # its CSV rows
+
+    @property
+    def runs(self) -> list[Run]:
+        return [r for row in self.rows for r in row.runs.values()]
+
+    @property
+    def n_used(self) -> int:
+        return sum(len(row.runs) for row in self.rows)
+
+
+def _search(client: MlflowClient, exp_id: str, filter_string: str) -> list[MlflowRun]:
+    runs: list[MlflowRun] = []
+    token = None
+    while True:
+        page = client.search_runs(
+            [exp_id], filter_string=filter_string, run_view_type=ViewType.ACTIVE_ONLY,
+            max_results=_PAGE, order_by=["attributes.start_time ASC"], page_token=token,
+        )
+        # training runs and ``rlbench eval`` runs (rows ``<algorithm>@eval``); not leaderboards
+        runs.extend(r for r in page if r.data.tags.get(KIND_TAG, "train") in ("train", "eval"))
+        token = page.token
+        if not token:
+            break
+    return sorted(runs, key=lambda r: (r.info.start_time or 0, r.info.run_id))
+
+
+def group_key(run: MlflowRun) -> tuple[str, str, str]:
+    t = run.data.tags
+    return tuple(t.get(f"rlbench.{k}", "unknown") for k in ("task", "task_variant", "model"))
+
+
+def field_value(run: MlflowRun, key: str) -> str:
+    kind, _, name = key.partition(".")
+    return (run.data.tags if kind == "tags" else run.data.params).get(name, "")
+
+
+def _to_run(r: MlflowRun, cfg: BoardConfig) -> Run:
+    t = r.data.tags
+    variant = ",".join(v for key in cfg.variant if (v := field_value(r, key)))
+    select = field_value(r, cfg.select.key) if cfg.select else ""
+    drop = {cfg.select.key.partition(".")[2]} if cfg.select and cfg.select.key.startswith(
+        "params.") else set()
+    return Run(r.info.run_id, t.get("rlbench.algorithm", "unknown"), variant,
+               t.get("rlbench.seed", "?"), t.get("rlbench.temperature", ""),
+               t.get("rlbench.baseline", ""), dict(r.data.metrics),
+               config={k: v for k, v in identity(dict(r.data.params)).items() if k not in drop},
+               origin_id=t.get(EXPORTED_ID_TAG, r.info.run_id), sweep=t.get("rlbench.sweep", ""),
+               commit=t.get("rlbench.git_commit", ""), select=select,
+               overrides=_overrides(t.get("rlbench.overrides")))
+
+
+def _overrides(tag: str | None) -> tuple[str, ...] | None:
+    try:
+        return tuple(json.loads(tag)) if tag else None
+    except ValueError:
+        return None
+
+
+def _differing(configs: list[dict[str, str]]) -> list[str]:
+    keys = sorted({k for c in configs for k in c})
+    return [k for k in keys if len({c.get(k, _NOT_SET) for c in configs}) > 1]
+
+
+def _mixed(where: str, label: str, runs: list[Run]) -> BoardError:
+    """The refusal: which keys differ inside one row, with the runs holding each value."""
+    keys = _differing([r.config for r in runs])
+    parts = []
+    for key in keys[:4]:
+        by_value: dict[str, list[Run]] = defaultdict(list)
+        for r in runs:
+            by_value[r.config.get(key, _NOT_SET)].append(r)
+        values = "; ".join(
+            f"{v}: {len(rs)} runs" if len(rs) > 2 else
+            f"{v}: " + ", ".join(f"seed {r.seed} run {r.origin_id[:8]}" for r in rs)
+            for v, rs in sorted(by_value.items(), key=lambda kv: -len(kv[1])))
+        parts.append(f"{key} ({values})")
+    more = f" and {len(keys) - 4} more keys" if len(keys) > 4 else ""
+    return BoardError(
+        f"{where}: row {label!r} would mix configurations: its runs differ in "
+        f"{', '.join(parts)}{more}. A row is one configuration: move or delete the odd runs (or "
+        f"give them their own tracking.experiment), or make the key part of the row label with "
+        f"--variant params.{keys[0]}")
+
+
+def _rows(where: str, runs: list[Run], group: Group) -> None:
+    by_row: dict[tuple[str, str, str], list[Run]] = defaultdict(list)
+    for run in runs:
+        by_row[run.label, run.temperature, run.select].append(run)
+    labels = Counter((label, sel) for label, _, sel in by_row)
+    for (label, temp, sel), row_runs in sorted(by_row.items()):
+        if len({tuple(sorted(r.config.items())) for r in row_runs}) > 1:
+            raise _mixed(where, label if labels[label, sel] == 1 else f"{label} T={temp}",
+                         row_runs)
+        key = label if labels[label, sel] == 1 else f"{label} T={temp or '?'}"
+        by_seed: dict[str, list[Run]] = defaultdict(list)
+        for run in row_runs:  # sorted by start time: the newest run of a cell comes last
+            by_seed[run.seed].append(run)
+        first = row_runs[0]
+        row = Row(key, label, first.algorithm, first.variant, temp,
+                  {s: rs[-1] for s, rs in by_seed.items()}, select=sel)
+        group.duplicates += [(row, s, rs) for s, rs in sorted(by_seed.items()) if len(rs) > 1]
+        group.rows.append(row)
+
+
+def distinguishing_keys(rows: list[Row]) -> tuple[list[str], list[str]]:
+    """(keys outside ``algorithm.*`` whose value differs between rows, ``algorithm.*`` keys that
+    differ between rows of the same algorithm): the configuration a board's rows differ in,
+    beside the algorithm itself and its own knobs."""
+    configs = [r.config for r in rows]
+    outside = [k for k in _differing(configs) if not k.startswith("algorithm.")]
+    within: set[str] = set()
+    for alg in {r.algorithm for r in rows}:
+        same = [r.config for r in rows if r.algorithm == alg]
+        within |= {k for k in _differing(same) if k.startswith("algorithm.")}
+    return outside, sorted(within)
+
+
+def _select(where: str, group: Group, cfg: BoardConfig) -> None:
+    """Keep, for each label and temperature, the row whose value of ``select.key`` has the best
+    mean ``final/<select.metric>``; the grid stays in ``group.candidates``."""
+    sel = cfg.select
+    assert sel is not None
+    grids: dict[tuple[str, str], list[Row]] = defaultdict(list)
+    for row in group.rows:
+        grids[row.label, row.temperature].append(row)
+    kept = []
+    for (label, _temp), grid in sorted(grids.items()):
+        grid.sort(key=lambda r: _sortable(r.select))
+
+        def score(row: Row) -> float:
+            vals = [r.metrics[f"final/{sel.metric}"] for r in row.runs.values()
+                    if f"final/{sel.metric}" in r.metrics]
+            return sum(vals) / len(vals) if vals else math.nan
+
+        scored = [(score(r), i, r) for i, r in enumerate(grid) if not math.isnan(score(r))]
+        if not scored:
+            raise BoardError(f"{where}: no run of row {label!r} logged final/{sel.metric}, the "
+                             f"selection metric of the board config (select.metric)")
+        best = max(scored, key=lambda t: (t[0] if sel.higher else -t[0], -t[1]))[2]
+        kept.append(best)
+        group.candidates[label, _temp] = grid
+    labels = Counter(r.label for r in kept)
+    for row in kept:  # keys as without a selection: the temperature only where it is needed
+        row.key = row.label if labels[row.label] == 1 else f"{row.label} T={row.temperature}"
+    group.rows = kept
+
+
+def _sortable(value: str) -> tuple[int, float, str]:
+    try:
+        return (0, float(value), value)
+    except ValueError:
+        return (1, 0.0, value)
+
+
+def collect(client: MlflowClient, exp_id: str, cfg: BoardConfig,
+            ) -> tuple[dict[tuple[str, str, str], Group], int]:
+    """FINISHED training (and ``rlbench eval``) runs grouped into rows; returns (groups, number
+    of runs in other statuses). Raises :class:`BoardError` where a row would mix
+    configurations."""
+    grouped: dict[tuple[str, str, str], list[Run]] = defaultdict(list)
+    for r in _search(client, exp_id, "attributes.status = 'FINISHED'"):
+        grouped[group_key(r)].append(_to_run(r, cfg))
+    groups: dict[tuple[str, str, str], Group] = {}
+    for gk, runs in sorted(grouped.items()):
+        where = "{}-{} / {}".format(*gk)
+        group = groups[gk] = Group()
+        _rows(where, runs, group)
+        if cfg.select:
+            _select(where, group, cfg)
+    others = _search(client, exp_id, "attributes.status != 'FINISHED'")
+    for r in others:
+        if group_key(r) in groups:
+            groups[group_key(r)].excluded[r.info.status] += 1
+    return groups, len(others)
+
+
+def runs_metadata(rows: list[Row]) -> dict[str, Any]:
+    """What the header says about where the runs came from: named sweeps and code commits."""
+    runs = [r for row in rows for r in row.runs.values()]
+    return {"sweeps": Counter(r.sweep for r in runs), "commits": Counter(r.commit for r in runs)}

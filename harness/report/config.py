@@ -1,0 +1,117 @@
+"""Board configs (``conf/board/*.yaml``, read by ``rlbench board --config``; not a Hydra group):
+pairings, the keys that label rows, the statistics, and an optional hyperparameter selection."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, fields, replace
+from pathlib import Path
+
+from harness.components import ConfigError
+
+__all__ = ["BoardConfig", "BoardError", "Selection", "load_config"]
+
+REPO = Path(__file__).resolve().parents[2]
+DEFAULT_CONFIG = REPO / "conf" / "board" / "default.yaml"
+
+
+class BoardError(ConfigError):
+    """A board that cannot be built as asked; the message names what to change (exit 2)."""
+
+
+@dataclass(frozen=True)
+class Selection:
+    """Pick one value of ``key`` per row (e.g. the learning rate): the value whose runs have the
+    best mean ``final/<metric>`` over seeds (``higher`` is better unless false); ties go to the
+    first value in sorted order. The metric's eval set (a validation split) is then left out of
+    the board's tables, which report the other eval sets at the chosen value."""
+
+    key: str
+    metric: str
+    higher: bool = True
+
+    @property
+    def eval_set(self) -> str:
+        return self.metric.split("/", 1)[0]
+
+
+@dataclass(frozen=True)
+class BoardConfig:
+    """The pairing, row labels and statistics of a leaderboard (``conf/board/default.yaml``)."""
+
+    baseline: str = "grpo"
+    pairs: dict[str, str] = field(default_factory=dict)
+    variant: tuple[str, ...] = ("tags.rlbench.variant",)
+    select: Selection | None = None
+    confidence: float = 0.95
+    bootstrap_min_n: int = 10
+    bootstrap_resamples: int = 10_000
+    bootstrap_seed: int = 0
+    smooth: int = 5
+    final_window: int = 10
+    source: str = "(built-in defaults)"
+
+    @property
+    def interval_options(self) -> tuple[float, int, int, int]:
+        return (self.confidence, self.bootstrap_min_n, self.bootstrap_resamples,
+                self.bootstrap_seed)
+
+
+def _run_field(value: object, where: str) -> str:
+    text = str(value)
+    if not text.startswith(("tags.", "params.")):
+        raise BoardError(f"{where}: run fields must start with 'tags.' or 'params.', got "
+                         f"{text!r}")
+    return text
+
+
+def load_config(path: str | Path | None = None, variant: tuple[str, ...] = ()) -> BoardConfig:
+    """Read a board config (yaml); ``None`` reads ``conf/board/default.yaml`` when it exists.
+    ``variant`` adds run fields to the row label (``rlbench board --variant``). Unknown keys and
+    malformed values raise :class:`BoardError` naming them."""
+    from omegaconf import OmegaConf
+
+    explicit = path is not None
+    p = Path(path) if explicit else DEFAULT_CONFIG
+    if not p.is_file():
+        if explicit:
+            raise BoardError(f"board config {str(p)!r} not found")
+        return replace(BoardConfig(), variant=(*BoardConfig.variant,
+                                               *(_run_field(v, "--variant") for v in variant)))
+    raw = OmegaConf.to_container(OmegaConf.load(p), resolve=True) or {}
+    if not isinstance(raw, dict):
+        raise BoardError(f"board config {p.name}: expected a mapping")
+    valid = {f.name for f in fields(BoardConfig)} - {"source"}
+    unknown = sorted(set(raw) - valid)
+    if unknown:
+        raise BoardError(f"board config {p.name}: unknown key(s) {', '.join(unknown)}; valid: "
+                         f"{', '.join(sorted(valid))}")
+    pairs = raw.pop("pairs", None) or {}
+    if not isinstance(pairs, dict) or not all(isinstance(v, str) for v in pairs.values()):
+        raise BoardError(f"board config {p.name}: pairs must map a row name to a baseline name")
+    listed = raw.pop("variant", list(BoardConfig.variant))
+    listed = [listed] if isinstance(listed, str) else list(listed or [])
+    fields_ = tuple(_run_field(v, f"board config {p.name}: variant") for v in listed)
+    fields_ += tuple(_run_field(v, "--variant") for v in variant if v not in fields_)
+    select = raw.pop("select", None)
+    if select is not None:
+        if not isinstance(select, dict) or set(select) - {"key", "metric", "higher"} or \
+                not {"key", "metric"} <= set(select):
+            raise BoardError(f"board config {p.name}: select needs key (a run field, e.g. "
+                             "params.trainer.optim.lr) and metric (e.g. validation/pass_at_1), "
+                             "optionally higher: true|false")
+        select = Selection(_run_field(select["key"], f"board config {p.name}: select.key"),
+                           str(select["metric"]), bool(select.get("higher", True)))
+    cfg = BoardConfig(**raw, pairs={str(k): v for k, v in pairs.items()}, variant=fields_,
+                      select=select, source=_shown_path(p))
+    if not 0.0 < cfg.confidence < 1.0:
+        raise BoardError(f"board config {p.name}: confidence must be in (0, 1)")
+    if cfg.final_window < 1:
+        raise BoardError(f"board config {p.name}: final_window must be >= 1")
+    return cfg
+
+
+def _shown_path(p: Path) -> str:
+    try:
+        return p.resolve().relative_to(REPO).as_posix()
+    except ValueError:
+        return p.name

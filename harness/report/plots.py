@@ -1,0 +1,160 @@
+"""Leaderboard curves: a metric against training step (or tokens generated), one line per row.
+
+Each line is the mean over the row's seeds; its band is the same interval the tables print for
+one value (Student-t over seeds below ``bootstrap_min_n`` seeds, the seeded percentile bootstrap
+from there on), computed point by point, so a band that leaves another line's band says what the
+tables would. Evaluation curves carry a marker at every evaluation. Rendering is deterministic
+(Agg canvas, no timestamp or software metadata): an unchanged store gives the same PNG.
+
+Styles are fixed per algorithm across every board: an algorithm always has the colour
+:func:`style` gives it (builtin algorithms a fixed entry of a 40-colour palette, others one picked
+by a stable hash of the name), and the rows of one algorithm (variants, temperatures, learning
+rates) differ by line style and marker, so 16+ rows stay distinguishable.
+"""
+
+from __future__ import annotations
+
+import zlib
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+from matplotlib import colormaps
+from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.figure import Figure
+
+from harness.report.stats import interval
+
+__all__ = ["ALGORITHM_ORDER", "Curve", "Style", "align", "moving_avg", "plot_curves",
+           "seed_curves", "style"]
+
+# Builtin algorithms in a fixed order: entry i of the palette is algorithm i's colour on every
+# board. The palette is tab20's ten dark hues, then its ten light ones, then tab20b, so the first
+# ten algorithms differ in hue. New algorithms go at the end, so no existing colour moves.
+ALGORITHM_ORDER = ("grpo", "dr_grpo", "rloo", "maxrl", "dapo", "reinforce_pp", "cispo", "gppo",
+                   "lpo_fwd", "lpo_rev", "agpo", "grpo_aem", "lope", "arbitrary_entropy", "arpo",
+                   "aepo")
+_PALETTE = [*colormaps["tab20"].colors[0::2], *colormaps["tab20"].colors[1::2],
+            *colormaps["tab20b"].colors]
+_LINESTYLES = ("-", "--", ":", "-.", (0, (5, 1, 1, 1, 1, 1)), (0, (1, 3)))
+_MARKERS = ("o", "s", "^", "D", "v", "P")
+
+
+@dataclass(frozen=True)
+class Style:
+    color: tuple[float, ...]
+    linestyle: str | tuple
+    marker: str
+
+
+def style(algorithm: str, variant_index: int = 0) -> Style:
+    """The colour of ``algorithm`` (the same on every board) and the line style and marker of
+    its ``variant_index``-th row on this board."""
+    if algorithm in ALGORITHM_ORDER:
+        color = _PALETTE[ALGORITHM_ORDER.index(algorithm)]
+    else:  # a plugin's algorithm: stable across boards and processes (not Python's hash())
+        color = _PALETTE[zlib.crc32(algorithm.encode()) % len(_PALETTE)]
+    i = variant_index % (len(_LINESTYLES) * len(_MARKERS))
+    return Style(tuple(color), _LINESTYLES[i % len(_LINESTYLES)],
+                 _MARKERS[(i // len(_LINESTYLES) + i) % len(_MARKERS)])
+
+
+@dataclass(frozen=True)
+class Curve:
+    """One line: ``values[seed, point]`` at ``steps``; ``x[seed, point]`` when plotted against
+    something else than the step (tokens generated)."""
+
+    label: str
+    steps: np.ndarray
+    values: np.ndarray
+    style: Style
+    x: np.ndarray | None = None
+
+
+def align(hists: list[dict[int, float]]) -> tuple[np.ndarray, np.ndarray] | None:
+    """Seeds may evaluate at different steps. We keep the steps *every* seed logged, so each
+    plotted point is a real measurement of all seeds; only when seeds share fewer than two steps
+    do we linearly interpolate each seed onto the union of steps inside their common range.
+    Returns (steps, values[seed, step]) or None when nothing overlaps."""
+    hists = [h for h in hists if h]
+    if not hists:
+        return None
+    shared = sorted(set.intersection(*(set(h) for h in hists)))
+    if len(shared) >= 2 or (len(shared) == 1 and len(hists) == 1):
+        return np.array(shared), np.array([[h[s] for s in shared] for h in hists])
+    lo, hi = max(min(h) for h in hists), min(max(h) for h in hists)
+    steps = np.array(sorted({s for h in hists for s in h if lo <= s <= hi}))
+    if steps.size == 0:
+        return None
+    vals = [np.interp(steps, sorted(h), [h[s] for s in sorted(h)]) for h in hists]
+    return steps, np.array(vals)
+
+
+def moving_avg(y: np.ndarray, w: int) -> np.ndarray:
+    """Trailing moving average over ``w`` points (fewer at the start)."""
+    c = np.cumsum(np.insert(np.asarray(y, dtype=float), 0, 0.0))
+    idx = np.arange(1, np.size(y) + 1)
+    start = np.maximum(idx - max(1, w), 0)
+    return (c[idx] - c[start]) / (idx - start)
+
+
+def seed_curves(rows: Iterable[tuple[str, Style, list[str]]],
+                history: Callable[[str], dict[int, float]],
+                x_history: Callable[[str], dict[int, float]] | None = None) -> list[Curve]:
+    """Curves of ``rows`` = (label, style, run ids); ``history(run_id)`` is a run's
+    {step: value}; ``x_history`` (e.g. tokens generated by step) gives each point's x, read at
+    the same steps (step 0 is 0). Rows with nothing logged are left out."""
+    out = []
+    for label, st, run_ids in rows:
+        ids = [rid for rid in run_ids if history(rid)]
+        aligned = align([history(rid) for rid in ids])
+        if aligned is None:
+            continue
+        steps, values = aligned
+        x = None
+        if x_history is not None:
+            xs = [{0: 0.0, **x_history(rid)} for rid in ids]
+            if not all(all(s in h for s in steps) for h in xs):
+                continue  # a seed without the x metric at an evaluation step
+            x = np.array([[h[s] for s in steps] for h in xs])
+        out.append(Curve(label, steps, values, st, x))
+    return out
+
+
+def _band(values: np.ndarray, confidence: float, bootstrap_min_n: int, resamples: int,
+          seed: int) -> tuple[np.ndarray, np.ndarray]:
+    ivs = [interval(values[:, j], confidence, bootstrap_min_n, resamples, seed)
+           for j in range(values.shape[1])]
+    return np.array([iv.low for iv in ivs]), np.array([iv.high for iv in ivs])
+
+
+def plot_curves(path: Path, curves: list[Curve], title: str, ylabel: str, *, smooth: int = 1,
+                markers: bool = False, xlabel: str = "training step", confidence: float = 0.95,
+                bootstrap_min_n: int = 10, resamples: int = 10_000, seed: int = 0) -> Figure:
+    """Mean over seeds (line) and its interval over seeds (band, as the tables compute it) of
+    each curve, each seed first smoothed by a trailing ``smooth``-point moving average;
+    ``markers`` marks every point (evaluations). Returns the figure (already saved)."""
+    fig = Figure(figsize=(7.2, 4.4), dpi=100)
+    FigureCanvasAgg(fig)
+    ax = fig.add_subplot()
+    for c in curves:
+        values = np.array([moving_avg(v, smooth) for v in c.values])
+        x = c.steps if c.x is None else c.x.mean(0)
+        st = c.style
+        ax.plot(x, values.mean(0), color=st.color, linestyle=st.linestyle,
+                marker=st.marker if markers else None, markersize=4,
+                label=f"{c.label} (n={values.shape[0]})")
+        if values.shape[0] > 1:
+            lo, hi = _band(values, confidence, bootstrap_min_n, resamples, seed)
+            ax.fill_between(x, lo, hi, color=st.color, alpha=0.15, linewidth=0)
+    if curves:
+        ax.legend(loc="center left", bbox_to_anchor=(1.01, 0.5), fontsize="x-small",
+                  ncol=1 if len(curves) <= 18 else 2, frameon=False)
+    else:
+        ax.text(0.5, 0.5, "no data logged", ha="center", va="center", transform=ax.transAxes)
+    ax.set(title=title, xlabel=xlabel, ylabel=ylabel)
+    ax.grid(alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(path, format="png", metadata={"Software": None}, bbox_inches="tight")
+    return fig

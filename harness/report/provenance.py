@@ -1,0 +1,206 @@
+"""Where a board's numbers come from: the checkout it is built in, the tracking URI it may show,
+and an export of the MLflow runs behind it.
+
+- :func:`checkout` - HEAD and the paths that differ from it. ``rlbench board`` refuses to build
+  from a checkout with uncommitted changes (outside ``leaderboards/`` and its own output)
+  unless ``--allow-dirty``, and then says so on every page.
+- :func:`reproduce` - the two commands that rebuild a board, when every run behind it was
+  launched by one named sweep (tag ``rlbench.sweep``) with no override the sweep does not make
+  itself (tag ``rlbench.overrides``: the cell's swept values, and keys that cannot change a
+  result, such as the launcher or thread counts, are fine); otherwise why not.
+- :func:`export_runs` writes ``runs.jsonl.gz`` next to a board: one JSON line per run behind
+  it (run info, tags, params and every metric's full history; no artifacts), sorted and gzipped
+  without a timestamp, so an unchanged store exports the same bytes. :func:`import_runs` loads
+  such a file into a fresh MLflow store (each run tagged with its original id,
+  ``rlbench.exported_run_id``, which the board shows instead of the new one), so
+  ``rlbench board --runs <file>`` rebuilds the board from the committed export alone.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import gzip
+import io
+import json
+import re
+import subprocess
+from collections import Counter
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
+
+from mlflow.entities import Metric, Param
+from mlflow.tracking import MlflowClient
+
+from harness.cells import NON_SEMANTIC_KEYS
+from harness.report.collect import EXPORTED_ID_TAG
+from harness.report.tables import Run
+
+__all__ = ["Checkout", "checkout", "display_tracking_uri", "export_runs", "import_runs",
+           "reproduce"]
+
+REPO = Path(__file__).resolve().parents[2]
+_SECRET_RE = re.compile(r"pass|secret|token|key|cred|auth|sig", re.IGNORECASE)
+_BATCH = 1000  # MLflow's log_batch limit on metrics
+
+
+@dataclass(frozen=True)
+class Checkout:
+    commit: str  # HEAD, or "unknown (not a git checkout)"
+    dirty: tuple[str, ...]  # changed or untracked paths outside the excluded outputs
+
+    def describe(self, allowed: bool) -> str:
+        if not self.dirty:
+            return self.commit
+        return (f"{self.commit} (with uncommitted changes to {len(self.dirty)} path(s), built "
+                f"with --allow-dirty: the board may not match this commit)" if allowed else
+                f"{self.commit} (with uncommitted changes)")
+
+
+def checkout(out: Path) -> Checkout:
+    """HEAD of the checkout rlbench runs from, and the paths (tracked and modified, or untracked
+    and not ignored) that differ from it, leaving out ``leaderboards/`` and ``out`` (boards
+    written before this one, and this one)."""
+    def git(*args: str) -> str:
+        return subprocess.run(["git", *args], cwd=REPO, capture_output=True, text=True,
+                              check=True, timeout=30).stdout
+
+    try:
+        head = git("rev-parse", "HEAD").strip()
+        exclude = [":(exclude)leaderboards"]
+        with contextlib.suppress(ValueError):  # ``out`` outside the checkout: nothing to exclude
+            exclude.append(f":(exclude){out.resolve().relative_to(REPO).as_posix()}")
+        status = git("status", "--porcelain", "--", ".", *exclude)
+    except (OSError, subprocess.SubprocessError):
+        return Checkout("unknown (not a git checkout)", ())
+    return Checkout(head, tuple(sorted(line[3:] for line in status.splitlines() if line)))
+
+
+def _rel_or_name(path: str, base: Path) -> str:
+    p = Path(path).expanduser().resolve()
+    try:
+        return p.relative_to(base.resolve()).as_posix()
+    except ValueError:
+        return p.name
+
+
+def display_tracking_uri(uri: str, base: Path) -> str:
+    """``uri`` safe to publish: credentials and secret-looking query parameters removed; a
+    local store (sqlite, file) shown relative to ``base`` when under it, else by basename."""
+    if uri.startswith("sqlite:"):
+        path = uri[len("sqlite:///") :].split("?", 1)[0] if uri.startswith("sqlite:///") else ""
+        return "sqlite:///" + _rel_or_name(path, base) if path else "sqlite://"
+    parts = urlsplit(uri)
+    if parts.scheme in ("", "file"):
+        return _rel_or_name(parts.path if parts.scheme else uri, base)
+    host = parts.hostname or ""
+    if parts.port is not None:
+        host = f"{host}:{parts.port}"
+    query = urlencode([(k, v) for k, v in parse_qsl(parts.query) if not _SECRET_RE.search(k)])
+    return urlunsplit((parts.scheme, host, parts.path, query, ""))
+
+
+# ---------------------------------------------------------------------------------- reproduce
+
+def _sweep_params(name: str) -> dict[str, set[str]] | None:
+    path = REPO / "conf" / "sweep" / f"{name}.yaml"
+    if not path.is_file():
+        return None
+    from omegaconf import OmegaConf
+
+    params = OmegaConf.select(OmegaConf.load(path), "hydra.sweeper.params") or {}
+    return {str(k): {v.strip() for v in str(vals).split(",")} for k, vals in params.items()}
+
+
+def _harmless(key: str) -> bool:
+    """Overrides that cannot change a result: the launcher, Hydra itself, where a run logs."""
+    return key.startswith(("hydra", "hydra/")) or any(
+        key == k or key.startswith(k + ".") for k in NON_SEMANTIC_KEYS)
+
+
+def reproduce(runs: list[Run], board_cmd: str) -> str:
+    """The "Reproduce" line of a board built from ``runs``."""
+    sweeps = Counter(r.sweep for r in runs)
+    named = sorted(s for s in sweeps if s)
+    if len(named) != 1 or sweeps.get("", 0):
+        missing = sweeps.get("", 0)
+        return ("- Reproduce: not by two commands: runs came from "
+                + (", ".join(f"sweep `{s}` ({sweeps[s]})" for s in named) or "no named sweep")
+                + (f" and {missing} run(s) not launched by a named sweep" if missing and named
+                   else "") + ".")
+    sweep = named[0]
+    params = _sweep_params(sweep)
+    if params is None:
+        return f"- Reproduce: not by two commands: sweep `{sweep}` is not in conf/sweep/."
+    extra: Counter[str] = Counter()
+    unknown = 0
+    for run in runs:
+        if run.overrides is None:
+            unknown += 1
+            continue
+        for override in run.overrides:
+            key, _, value = override.lstrip("+~").partition("=")
+            if key == "sweep" or _harmless(key) or value in params.get(key, ()):
+                continue
+            extra[override] += 1
+    if extra or unknown:
+        why = [f"`{o}` ({n})" for o, n in sorted(extra.items())]
+        why += [f"{unknown} run(s) did not record their overrides"] if unknown else []
+        return (f"- Reproduce: not by two commands: runs of sweep `{sweep}` had overrides it "
+                f"does not make: {', '.join(why)}.")
+    return (f"- Reproduce (from the repository root): `rlbench sweep sweep={sweep}`, then "
+            f"`{board_cmd}`.")
+
+
+# ---------------------------------------------------------------------------------- export
+
+def _record(client: MlflowClient, run_id: str) -> dict:
+    run = client.get_run(run_id)
+    metrics = {}
+    for key in sorted(run.data.metrics):
+        hist = sorted(client.get_metric_history(run_id, key), key=lambda m: (m.step, m.timestamp))
+        metrics[key] = [[m.step, m.value, m.timestamp] for m in hist]
+    tags = {k: v for k, v in sorted(run.data.tags.items())}
+    tags.setdefault(EXPORTED_ID_TAG, run_id)  # a re-export keeps the first store's id
+    return {"run_id": tags[EXPORTED_ID_TAG], "status": run.info.status,
+            "start_time": run.info.start_time, "end_time": run.info.end_time,
+            "tags": tags, "params": dict(sorted(run.data.params.items())), "metrics": metrics}
+
+
+def export_runs(client: MlflowClient, run_ids: Iterable[str], path: Path) -> Path:
+    """Write the runs as gzipped JSON lines (sorted by original run id, no gzip timestamp)."""
+    records = sorted((_record(client, rid) for rid in set(run_ids)), key=lambda r: r["run_id"])
+    buf = io.BytesIO()
+    with gzip.GzipFile(fileobj=buf, mode="wb", mtime=0) as gz:
+        for rec in records:
+            gz.write((json.dumps(rec, sort_keys=True, allow_nan=True) + "\n").encode())
+    path.write_bytes(buf.getvalue())
+    return path
+
+
+def read_export(path: Path) -> list[dict]:
+    with gzip.open(path, "rt", encoding="utf-8") as f:
+        return [json.loads(line) for line in f if line.strip()]
+
+
+def import_runs(path: Path, tracking_uri: str, experiment: str) -> int:
+    """Load an export into ``experiment`` at ``tracking_uri`` (created if missing); returns the
+    number of runs."""
+    client = MlflowClient(tracking_uri)
+    exp = client.get_experiment_by_name(experiment)
+    exp_id = exp.experiment_id if exp else client.create_experiment(experiment)
+    records = read_export(path)
+    for rec in records:
+        run = client.create_run(exp_id, start_time=rec["start_time"],
+                                tags={**rec["tags"], EXPORTED_ID_TAG: rec["run_id"]})
+        rid = run.info.run_id
+        params = [Param(k, v) for k, v in rec["params"].items()]
+        metrics = [Metric(k, float(v), ts, step)
+                   for k, points in rec["metrics"].items() for step, v, ts in points]
+        for i in range(0, len(params), 100):
+            client.log_batch(rid, params=params[i:i + 100])
+        for i in range(0, len(metrics), _BATCH):
+            client.log_batch(rid, metrics=metrics[i:i + _BATCH])
+        client.set_terminated(rid, rec["status"], end_time=rec["end_time"])
+    return len(records)

@@ -1,0 +1,388 @@
+"""Leaderboard tables: the rows ``harness.report.board`` computes, rendered as markdown and CSV.
+
+Markdown cells read ``mean ± half-width (n)`` (a Student-t interval) or ``mean [low, high] (n)``
+(a percentile bootstrap, used from ``bootstrap_min_n`` seeds on); the CSV holds the same numbers
+in separate columns (mean, half-width, low, high, n, and for paired differences the p-value and
+its Holm adjustment) at full precision.
+"""
+
+from __future__ import annotations
+
+import csv
+import fnmatch
+import io
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+from harness.report.stats import Interval
+
+__all__ = ["COSTS", "DYNAMICS", "HOLM_MARK", "MARK", "Cost", "Dynamic", "Row", "Run", "Spec",
+           "cell", "cost_table", "late_means", "paired_table", "quality_table", "render_csv",
+           "start_table", "step_table", "table"]
+
+MARK = "†"  # paired difference whose CI excludes 0 (uncorrected)
+HOLM_MARK = "‡"  # ... and still significant after Holm's correction over the board's family
+_KINDS = ("pass", "mean", "maj")  # column order within an eval set
+_NONE = Interval(math.nan, math.nan, math.nan, 0, "none")
+
+
+@dataclass(frozen=True)
+class Run:
+    run_id: str  # the id in the store the board reads
+    algorithm: str
+    variant: str
+    seed: str
+    temperature: str
+    baseline: str
+    metrics: dict[str, float]
+    config: dict[str, str] = field(default_factory=dict)  # params minus seed, non-semantic keys
+    origin_id: str = ""  # the id shown: the original run's, for runs imported from an export
+    sweep: str = ""  # the named sweep that launched it (tag rlbench.sweep)
+    commit: str = ""  # the code it ran (tag rlbench.git_commit)
+    select: str = ""  # its value of the board's selection key
+    overrides: tuple[str, ...] | None = None  # the Hydra overrides it was launched with
+
+    @property
+    def label(self) -> str:
+        return f"{self.algorithm}@{self.variant}" if self.variant else self.algorithm
+
+    @property
+    def shown_id(self) -> str:
+        return self.origin_id or self.run_id
+
+
+@dataclass(frozen=True)
+class Spec:
+    """A quality metric: ``final/<eval_set>/<kind>_at_<k>``."""
+
+    eval_set: str
+    kind: str  # pass | mean | maj
+    k: int
+
+    @property
+    def name(self) -> str:
+        return f"{self.eval_set}/{self.kind}_at_{self.k}"
+
+    @property
+    def title(self) -> str:
+        return f"{self.eval_set} {self.kind}@{self.k}"
+
+    def sort_key(self) -> tuple[str, int, int]:
+        return (self.eval_set, _KINDS.index(self.kind), self.k)
+
+
+@dataclass(frozen=True)
+class Cost:
+    """A cost column: ``final/<key>``; ``lower_is_best`` columns bold their minimum."""
+
+    key: str
+    title: str
+    fmt: str
+    lower_is_best: bool
+    optional: bool  # shown in markdown only when some run logged it
+
+
+COSTS = (
+    Cost("steps", "steps", ".1f", False, False),
+    Cost("tokens_total", "tokens generated", ",.0f", True, False),
+    Cost("tokens_trained", "tokens trained", ",.0f", True, True),
+    Cost("wall_s", "wall s", ".1f", True, False),
+    Cost("peak_mem_mb", "peak mem MiB", ",.0f", True, True),
+    Cost("peak_gpu_mem_mb", "peak GPU mem MiB", ",.0f", True, True),
+)
+
+
+@dataclass(frozen=True)
+class Dynamic:
+    """A training-dynamics column: per seed, the mean of step metric ``metric`` over the run's
+    last ``window`` logged steps (None: the board's ``final_window``; 0: every step), stored as
+    ``final/<key>``, never bolded (higher is not better). ``paired`` columns sit next to the
+    quality metrics and are paired against the baseline like them; the others (the step size)
+    have their own table."""
+
+    key: str
+    metric: str  # a step metric; ``*`` matches an eval set name (the sets' values are averaged)
+    title: str
+    window: int | None = None
+    paired: bool = True
+    fmt: str = ".3f"
+
+
+DYNAMICS = (Dynamic("token_entropy", "rollout/entropy", "final token entropy"),
+            # evaluations: the last two, as every "final" quality metric
+            Dynamic("tool_calls_per_traj", "eval/*/tool_calls_per_traj",
+                    "tool calls per trajectory", window=2),
+            Dynamic("grad_norm", "actor/grad_norm", "pre-clip grad norm", window=0,
+                    paired=False),
+            Dynamic("grad_clipped", "actor/grad_clipped_frac", "clipped steps", window=0,
+                    paired=False))
+
+
+@dataclass
+class Row:
+    """One leaderboard row: one configuration (an algorithm with its variant, at one sampling
+    temperature, at one value of the selection key), over seeds."""
+
+    key: str  # shown and used in pairings: label, plus " T=<temperature>" when ambiguous
+    label: str  # algorithm or algorithm@variant
+    algorithm: str
+    variant: str
+    temperature: str
+    runs: dict[str, Run]  # seed -> run
+    select: str = ""  # value of the board's selection key
+    baseline: str = ""  # key of the row paired differences are taken against
+    baseline_via: str = ""  # tag | pairs | default
+    baseline_note: str = ""  # why a wanted baseline was not paired (no runs, ambiguous)
+    final: dict[str, Interval] = field(default_factory=dict)
+    start: dict[str, Interval] = field(default_factory=dict)
+    delta: dict[str, Interval] = field(default_factory=dict)
+    vs: dict[str, Interval] = field(default_factory=dict)
+    holm: dict[str, float] = field(default_factory=dict)  # Holm-adjusted p of each vs entry
+    cost: dict[str, Interval] = field(default_factory=dict)
+    budget: dict[str, Interval] = field(default_factory=dict)  # at the common token budget
+    style_index: int = 0  # this row's line style among its algorithm's rows
+
+    @property
+    def seeds(self) -> list[str]:
+        def key(seed: str) -> tuple[int, float, str]:
+            try:
+                return (0, float(seed), seed)
+            except ValueError:
+                return (1, 0.0, seed)
+
+        return sorted(self.runs, key=key)
+
+    @property
+    def run_ids(self) -> list[tuple[str, str]]:
+        """(seed, shown run id) in seed order."""
+        return [(s, self.runs[s].shown_id) for s in self.seeds]
+
+    @property
+    def store_ids(self) -> list[str]:
+        return [self.runs[s].run_id for s in self.seeds]
+
+    @property
+    def config(self) -> dict[str, str]:
+        return next(iter(self.runs.values())).config if self.runs else {}
+
+
+# ---------------------------------------------------------------------------------- cells
+
+def _fmt(x: float, fmt: str, signed: bool = False) -> str:
+    return format(x, ("+" if signed else "") + fmt)
+
+
+def cell(iv: Interval, fmt: str = ".3f", signed: bool = False) -> str:
+    """``mean ± half (n)`` (t), ``mean [low, high] (n)`` (bootstrap), ``mean ± n/a (1)``, or
+    ``—`` when nothing was logged."""
+    if iv.n == 0 or math.isnan(iv.mean):
+        return "—"
+    m = _fmt(iv.mean, fmt, signed)
+    if iv.method == "bootstrap":
+        return f"{m} [{_fmt(iv.low, fmt, signed)}, {_fmt(iv.high, fmt, signed)}] ({iv.n})"
+    half = "n/a" if math.isnan(iv.half_width) else _fmt(iv.half_width, fmt)
+    return f"{m} ± {half} ({iv.n})"
+
+
+def _bold_column(cells: list[str], ivs: list[Interval], lower: bool) -> list[str]:
+    """Bold every cell whose mean equals the column's best (ties all bold), among the cells
+    measured on at least two seeds: one seed has no spread, so it is never "best"."""
+    means = [iv.mean for iv in ivs if iv.n >= 2 and not math.isnan(iv.mean)]
+    if not means:
+        return cells
+    best = min(means) if lower else max(means)
+    return [f"**{c}**" if iv.n >= 2 and iv.mean == best else c for c, iv in zip(cells, ivs)]
+
+
+def _table(header: list[str], columns: list[list[str]]) -> list[str]:
+    lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
+    lines += ["| " + " | ".join(cells) + " |" for cells in zip(*columns)]
+    return lines
+
+
+def _head(rows: list[Row]) -> list[list[str]]:
+    return [[str(i) for i in range(1, len(rows) + 1)], [r.key for r in rows]]
+
+
+def shown_dynamics(rows: list[Row], paired: bool = True) -> list[Dynamic]:
+    return [d for d in DYNAMICS if d.paired == paired
+            and any(d.key in r.final and r.final[d.key].n for r in rows)]
+
+
+def quality_table(rows: list[Row], specs: list[Spec]) -> list[str]:
+    cols = [*_head(rows), [r.temperature or "?" for r in rows], [str(len(r.runs)) for r in rows]]
+    for s in specs:
+        ivs = [r.final.get(s.name, _NONE) for r in rows]
+        cols.append(_bold_column([cell(iv) for iv in ivs], ivs, False))
+    dyn = shown_dynamics(rows)
+    cols += [[cell(r.final[d.key]) for r in rows] for d in dyn]
+    return _table(["#", "row", "T", "seeds", *(s.title for s in specs), *(d.title for d in dyn)],
+                  cols)
+
+
+def paired_names(rows: list[Row], specs: list[Spec]) -> list[tuple[str, str]]:
+    """(metric key, title) of the paired columns: the quality specs and the paired dynamics."""
+    return [(s.name, s.title) for s in specs] + [(d.key, d.title) for d in shown_dynamics(rows)]
+
+
+def paired_table(rows: list[Row], specs: list[Spec], confidence: float) -> list[str]:
+    cols = [*_head(rows), [r.baseline or ("— (" + r.baseline_note + ")" if r.baseline_note
+                                          else "—") for r in rows]]
+    names = paired_names(rows, specs)
+    for name, _ in names:
+        col = []
+        for r in rows:
+            iv = r.vs.get(name)
+            text = "—" if iv is None else cell(iv, signed=True)
+            if iv is not None and iv.excludes_zero:
+                text += MARK + (HOLM_MARK if r.holm.get(name, 1.0) < 1 - confidence else "")
+            col.append(text)
+        cols.append(col)
+    return _table(["#", "row", "baseline", *(f"Δ {t}" for _, t in names)], cols)
+
+
+def holm_table(rows: list[Row], specs: list[Spec]) -> list[str]:
+    """p (Holm-adjusted p) of every paired difference."""
+    names = paired_names(rows, specs)
+    cols = _head(rows)
+    for name, _ in names:
+        col = []
+        for r in rows:
+            iv = r.vs.get(name)
+            p = math.nan if iv is None else iv.p
+            col.append("—" if math.isnan(p) else f"{p:.3f} ({r.holm.get(name, math.nan):.3f})")
+        cols.append(col)
+    return _table(["#", "row", *(f"p {t} (Holm)" for _, t in names)], cols)
+
+
+def start_table(rows: list[Row], specs: list[Spec]) -> list[str]:
+    cols = _head(rows)
+    for s in specs:
+        col = []
+        for r in rows:
+            st, d = r.start.get(s.name), r.delta.get(s.name)
+            col.append("—" if st is None or st.n == 0 or d is None
+                       else f"{st.mean:.3f} → {cell(d, signed=True)}")
+        cols.append(col)
+    return _table(["#", "row", *(s.title for s in specs)], cols)
+
+
+def step_table(rows: list[Row]) -> list[str]:
+    """Learning rate, clip threshold, mean pre-clip gradient norm, share of clipped steps."""
+    dyn = shown_dynamics(rows, paired=False)
+    cols = [*_head(rows), [r.config.get("trainer.optim.lr", "?") for r in rows],
+            [r.config.get("trainer.optim.grad_clip", "?") for r in rows]]
+    cols += [[cell(r.final.get(d.key, _NONE), d.fmt) for r in rows] for d in dyn]
+    return _table(["#", "row", "lr", "grad clip", *(d.title for d in dyn)], cols)
+
+
+def shown_costs(rows: list[Row]) -> list[Cost]:
+    return [c for c in COSTS
+            if not c.optional or any(r.cost.get(c.key) and r.cost[c.key].n for r in rows)]
+
+
+def cost_table(rows: list[Row]) -> list[str]:
+    cols = _head(rows)
+    for c in shown_costs(rows):
+        ivs = [r.cost[c.key] for r in rows]
+        cells = [cell(iv, c.fmt) for iv in ivs]
+        cols.append(_bold_column(cells, ivs, True) if c.lower_is_best else cells)
+    return _table(["#", "row", *(c.title for c in shown_costs(rows))], cols)
+
+
+def budget_table(rows: list[Row], specs: list[Spec]) -> list[str]:
+    """Each quality spec at the common token budget, and the training step it falls at."""
+    pass_specs = [s for s in specs if s.kind == "pass"]
+    cols = [*_head(rows), [cell(r.budget.get("step", _NONE), ".1f") for r in rows]]
+    for s in pass_specs:
+        ivs = [r.budget.get(s.name, _NONE) for r in rows]
+        cols.append(_bold_column([cell(iv) for iv in ivs], ivs, False))
+    return _table(["#", "row", "step at budget", *(s.title for s in pass_specs)], cols)
+
+
+# ---------------------------------------------------------------------------------- csv
+
+def _num(x: float) -> str:
+    """Full precision without float noise: 6 decimals, trailing zeros dropped; nan -> 'nan'."""
+    if math.isnan(x):
+        return "nan"
+    s = f"{x:.6f}".rstrip("0").rstrip(".")
+    return "0" if s in ("-0", "") else s
+
+
+def _iv_cols(prefix: str, ci: str, iv: Interval | None, n_name: str = "n") -> dict[str, str]:
+    iv = iv or _NONE
+    return {f"{prefix}_mean": _num(iv.mean), f"{prefix}_{ci}": _num(iv.half_width),
+            f"{prefix}_low": _num(iv.low), f"{prefix}_high": _num(iv.high),
+            f"{prefix}_{n_name}": str(iv.n)}
+
+
+def _vs_cols(prefix: str, ci: str, row: Row, name: str) -> dict[str, str]:
+    vs = row.vs.get(name)
+    return {**_iv_cols(prefix, ci, vs, n_name="pairs"),
+            f"{prefix}_excludes_zero": str(int(vs is not None and vs.excludes_zero)),
+            f"{prefix}_p": _num(vs.p if vs else math.nan),
+            f"{prefix}_p_holm": _num(row.holm.get(name, math.nan))}
+
+
+def table(rows: list[Row], specs: list[Spec], confidence: float) -> list[dict[str, str]]:
+    """The CSV's rows as ordered dicts of strings (also logged to MLflow as a table)."""
+    ci = f"ci{round(confidence * 100):d}"
+    out = []
+    for r in rows:
+        d = {"row": r.key, "algorithm": r.algorithm, "variant": r.variant,
+             "temperature": r.temperature, "selected": r.select, "baseline": r.baseline,
+             "baseline_via": r.baseline_via, "n_seeds": str(len(r.runs)),
+             "seeds": ";".join(r.seeds)}
+        for s in specs:
+            n = s.name
+            d |= _iv_cols(f"{n}/final", ci, r.final.get(n))
+            start = r.start.get(n)
+            d |= {f"{n}/start_mean": _num(start.mean if start else math.nan),
+                  f"{n}/start_n": str(start.n if start else 0)}
+            d |= _iv_cols(f"{n}/delta_start", ci, r.delta.get(n))
+            d |= _vs_cols(f"{n}/vs_baseline", ci, r, n)
+            if s.kind == "pass":
+                d |= _iv_cols(f"{n}/at_budget", ci, r.budget.get(n))
+        for dyn in DYNAMICS:
+            d |= _iv_cols(f"{dyn.key}/final", ci, r.final.get(dyn.key))
+            if dyn.paired:
+                d |= _vs_cols(f"{dyn.key}/vs_baseline", ci, r, dyn.key)
+        for c in COSTS:
+            d |= _iv_cols(c.key, ci, r.cost.get(c.key))
+        d |= _iv_cols("budget_step", ci, r.budget.get("step"))
+        d["run_ids"] = ";".join(rid for _, rid in r.run_ids)
+        out.append(d)
+    return out
+
+
+def render_csv(records: list[dict[str, str]]) -> str:
+    buf = io.StringIO()
+    if records:
+        w = csv.DictWriter(buf, fieldnames=list(records[0]), lineterminator="\n")
+        w.writeheader()
+        w.writerows(records)
+    return buf.getvalue()
+
+
+def late_means(history: Any, rows: list[Row], window: int) -> None:
+    """Put ``final/<dynamics key>`` = mean of the step metric over the run's last ``window``
+    (or the dynamic's own; 0 = all) logged steps into each run's metrics, averaged over the eval
+    sets a ``*`` pattern matches (a run's own summary, if it logged one, wins). ``history(run_id,
+    metric)`` is the metric's {step: value}, so runs logged before the summary existed get it."""
+    for row in rows:
+        for run in row.runs.values():
+            for d in DYNAMICS:
+                names = [m for m in run.metrics if fnmatch.fnmatchcase(m, d.metric)]
+                if f"final/{d.key}" in run.metrics or not names:
+                    continue
+                means = []
+                size = window if d.window is None else d.window
+                for name in sorted(names):
+                    by_step = history(run.run_id, name)
+                    tail = [by_step[s] for s in sorted(by_step)[-size if size else 0:]]
+                    if tail:
+                        means.append(sum(tail) / len(tail))
+                if means:
+                    run.metrics[f"final/{d.key}"] = float(sum(means) / len(means))

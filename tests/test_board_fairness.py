@@ -1,0 +1,220 @@
+"""Fair comparisons on a board (issue 20), from synthetic SQLite MLflow stores whose expected
+numbers are computed here by hand: the learning-rate selection on a validation split, matched
+step size (pre-clip gradient norm, clipped share), matched compute (the equal token budget),
+Holm's correction beside the uncorrected intervals, no "best" with one seed, and plot styles."""
+
+from __future__ import annotations
+
+import csv
+import functools
+import math
+
+import numpy as np
+import pytest
+from mlflow.entities import Metric, Param
+from mlflow.tracking import MlflowClient
+from scipy import stats
+from statsmodels.stats.multitest import multipletests
+
+from harness.report.board import build_leaderboards as _build
+from harness.report.mlflow_log import KIND_TAG, LEADERBOARD
+from harness.report.plots import ALGORITHM_ORDER, Curve, plot_curves, style
+from harness.report.stats import interval
+
+build_leaderboards = functools.partial(_build, allow_dirty=True)
+TUNED = "conf/board/lpo_lr_tuned.yaml"
+SEEDS = (0, 1, 2)
+LRS = ("0.0001", "0.0003", "0.001")
+# validation and heldout pass@1 by (algorithm, lr): the validation-best rate is never the
+# heldout-best one, so a board that selected on heldout would pick other rows
+VALID = {"grpo": (0.20, 0.25, 0.22), "lpo_fwd": (0.30, 0.10, 0.12)}
+HELD = {"grpo": (0.30, 0.21, 0.40), "lpo_fwd": (0.26, 0.50, 0.45)}
+
+
+def _run(client, exp, *, alg, seed, params, metrics, tags=None, start=0):
+    rid = client.create_run(exp, start_time=1000 + start, tags={
+        "rlbench.algorithm": alg, "rlbench.task": "countdown", "rlbench.task_variant": "tiny",
+        "rlbench.model": "tiny", "rlbench.seed": str(seed), "rlbench.temperature": "1.0",
+        "rlbench.sweep": "lpo_lr_tuning", **(tags or {})}).info.run_id
+    client.log_batch(rid, metrics=[Metric(k, v, 0, s) for k, s, v in metrics],
+                     params=[Param(k, str(v)) for k, v in {"seed": seed, **params}.items()])
+    client.set_terminated(rid, "FINISHED")
+    return rid
+
+
+@pytest.fixture(scope="module")
+def tuned(tmp_path_factory):
+    root = tmp_path_factory.mktemp("tuned")
+    uri = f"sqlite:///{root / 'mlruns.db'}"
+    client = MlflowClient(uri)
+    exp = client.create_experiment("lpo_lr_tuning", artifact_location=(root / "a").as_uri())
+    n = 0
+    for alg, tau in (("grpo", None), ("lpo_fwd", "sigma_g")):
+        for i, lr in enumerate(LRS):
+            for seed in SEEDS:
+                params = {"algorithm.name": alg, "trainer.optim.lr": lr,
+                          **({"algorithm.advantage.tau": tau} if tau else {})}
+                held = HELD[alg][i] + 0.002 * seed
+                _run(client, exp, alg=alg, seed=seed, params=params, start=n, metrics=[
+                    ("final/validation/pass_at_1", 20, VALID[alg][i] + 0.001 * seed),
+                    ("final/heldout/pass_at_1", 20, held), ("eval/heldout/pass_at_1", 0, 0.1),
+                    ("eval/heldout/pass_at_1", 20, held)])
+                n += 1
+    out = root / "board"
+    build_leaderboards(uri, "lpo_lr_tuning", out, config=TUNED)
+    with open(out / "countdown-tiny" / "tiny" / "leaderboard.csv", newline="") as f:
+        rows = {r["row"]: r for r in csv.DictReader(f)}
+    return {"uri": uri, "out": out, "rows": rows,
+            "md": (out / "countdown-tiny" / "tiny" / "leaderboard.md").read_text()}
+
+
+def test_learning_rate_is_selected_on_validation_and_heldout_reported(tuned):
+    rows = tuned["rows"]
+    assert set(rows) == {"grpo", "lpo_fwd@sigma_g"}
+    assert rows["grpo"]["selected"] == "0.0003" and rows["lpo_fwd@sigma_g"]["selected"] == "0.0001"
+    assert float(rows["grpo"]["heldout/pass_at_1/final_mean"]) == pytest.approx(0.21 + 0.002)
+    assert float(rows["lpo_fwd@sigma_g"]["heldout/pass_at_1/final_mean"]) == \
+        pytest.approx(0.26 + 0.002)
+    assert not any(k.startswith("validation/") for k in rows["grpo"])  # the tuning split
+    # paired at the selected rates (pairs of conf/board/lpo_lr_tuned.yaml)
+    assert rows["lpo_fwd@sigma_g"]["baseline"] == "grpo"
+    assert float(rows["lpo_fwd@sigma_g"]["heldout/pass_at_1/vs_baseline_mean"]) == \
+        pytest.approx(0.26 - 0.21)
+
+
+def test_selection_grid_and_choice_on_the_page_and_in_mlflow(tuned):
+    sel = tuned["md"].split("## Selection\n", 1)[1].split("\n## ", 1)[0]
+    assert "| row | lr=0.0001 | lr=0.0003 | lr=0.001 |" in sel
+    assert "| grpo | 0.201 ± " in sel and "| **0.251 ± 0.002 (3)** ✓ |" in sel
+    client = MlflowClient(tuned["uri"])
+    exp = client.get_experiment_by_name("lpo_lr_tuning").experiment_id
+    (run,) = client.search_runs([exp], f"tags.`{KIND_TAG}` = '{LEADERBOARD}'")
+    assert run.data.tags["rlbench.leaderboard.selection.grpo"] == \
+        "0.0001:0.201,0.0003:0.251,0.001:0.221|0.0003"
+    assert run.data.params["select.key"] == "params.trainer.optim.lr"
+    assert run.data.params["select.metric"] == "validation/pass_at_1"
+
+
+# -- step size, compute budget, Holm, bolding ---------------------------------------------------
+# grpo generates 100 tokens a step, lope 200; evaluations at steps 0, 10, 20
+EVAL = {"grpo": (0.10, 0.20, 0.30), "lope": (0.10, 0.30, 0.50), "dapo": (0.1, 0.5, 0.9)}
+PER_STEP = {"grpo": 100, "lope": 200, "dapo": 100}
+GRAD = {"grpo": (0.5, 0.0), "lope": (5.0, 1.0), "dapo": (0.6, 0.0)}  # norm, clipped share
+
+
+@pytest.fixture(scope="module")
+def fair(tmp_path_factory):
+    root = tmp_path_factory.mktemp("fair")
+    uri = f"sqlite:///{root / 'mlruns.db'}"
+    client = MlflowClient(uri)
+    exp = client.create_experiment("fair", artifact_location=(root / "a").as_uri())
+    values, n = {}, 0
+    for alg, seeds in (("grpo", SEEDS), ("lope", SEEDS), ("dapo", (0,))):
+        for seed in seeds:
+            rng = np.random.default_rng(10 * seed + {"grpo": 1, "lope": 2, "dapo": 3}[alg])
+            ev = [v + rng.normal(0, 0.01) for v in EVAL[alg]]
+            # pass@8 barely differs between rows: its paired p-value is large, so Holm's
+            # step-down (max(2 p_min, p_max)) and Bonferroni's (2 p_max) adjustments differ
+            ev8 = [0.5 + rng.normal(0, 0.02) for _ in EVAL[alg]]
+            values[alg, seed] = ev, ev8
+            metrics = [(f"eval/heldout/pass_at_{k}", s, v) for k, curve in ((1, ev), (8, ev8))
+                       for s, v in zip((0, 10, 20), curve)]
+            metrics += [("final/heldout/pass_at_1", 20, (ev[1] + ev[2]) / 2),
+                        ("final/heldout/pass_at_8", 20, (ev8[1] + ev8[2]) / 2)]
+            metrics += [(m, s, v) for s in range(1, 21) for m, v in (
+                ("rollout/tokens_total", PER_STEP[alg] * s), ("actor/grad_norm", GRAD[alg][0]),
+                ("actor/grad_clipped_frac", GRAD[alg][1]))]
+            _run(client, exp, alg=alg, seed=seed, start=n, metrics=metrics,
+                 params={"algorithm.name": alg, "trainer.optim.lr": "0.0001",
+                         "trainer.optim.grad_clip": "1.0"}, tags={"rlbench.sweep": ""})
+            n += 1
+    out = root / "board"
+    build_leaderboards(uri, "fair", out)
+    with open(out / "countdown-tiny" / "tiny" / "leaderboard.csv", newline="") as f:
+        rows = {r["row"]: r for r in csv.DictReader(f)}
+    return {"rows": rows, "values": values,
+            "md": (out / "countdown-tiny" / "tiny" / "leaderboard.md").read_text()}
+
+
+def _section(md, title):
+    body = md.split(f"## {title}\n", 1)[1].split("\n## ", 1)[0]
+    table = body[body.index("\n|"):].split("\n\n", 1)[0]
+    lines = [line for line in table.splitlines() if line.startswith("|")]
+    header = [c.strip() for c in lines[0].strip("|").split("|")]
+    return {r["row"]: r for r in (dict(zip(header, (c.strip() for c in line.strip("|").split("|"))))
+                                  for line in lines[2:])}
+
+
+def test_step_size_table_reports_grad_norm_and_clipped_share(fair):
+    table = _section(fair["md"], "Step size")
+    assert table["lope"]["pre-clip grad norm"] == "5.000 ± 0.000 (3)"
+    assert table["lope"]["clipped steps"] == "1.000 ± 0.000 (3)"
+    assert table["grpo"]["clipped steps"] == "0.000 ± 0.000 (3)"
+    assert table["grpo"]["lr"] == "0.0001" and table["grpo"]["grad clip"] == "1.0"
+    assert float(fair["rows"]["lope"]["grad_norm/final_mean"]) == pytest.approx(5.0)
+
+
+def test_equal_budget_reads_each_run_at_the_smallest_final_token_count(fair):
+    """Budget = 2,000 tokens (grpo's and dapo's at step 20); lope had generated them by step 10,
+    so it is read at its second evaluation, not its last."""
+    rows, values = fair["rows"], fair["values"]
+    assert "Budget: 2,000 tokens generated." in fair["md"]
+    lope = [values["lope", s][0][1] for s in SEEDS]
+    assert float(rows["lope"]["heldout/pass_at_1/at_budget_mean"]) == \
+        pytest.approx(np.mean(lope), abs=1e-6)
+    assert float(rows["lope"]["budget_step_mean"]) == pytest.approx(10.0)
+    grpo = [values["grpo", s][0][2] for s in SEEDS]
+    assert float(rows["grpo"]["heldout/pass_at_1/at_budget_mean"]) == \
+        pytest.approx(np.mean(grpo), abs=1e-6)
+    assert "heldout-pass_at_1-tokens.png" in fair["md"]
+
+
+def test_holm_adjusts_the_pages_paired_comparisons(fair):
+    rows, values = fair["rows"], fair["values"]
+    ps = []
+    for k, idx in ((1, 0), (8, 1)):
+        diffs = [np.mean(values["lope", s][idx][1:]) - np.mean(values["grpo", s][idx][1:])
+                 for s in SEEDS]
+        ps.append(stats.ttest_1samp(diffs, 0.0).pvalue)
+        assert float(rows["lope"][f"heldout/pass_at_{k}/vs_baseline_p"]) == \
+            pytest.approx(ps[-1], abs=1e-6)
+    adjusted = multipletests(ps, alpha=0.05, method="holm")[1]
+    assert 2 * ps[0] < ps[1] < 0.5 and adjusted[1] == pytest.approx(ps[1])  # Bonferroni: 2 p
+    for k, adj in zip((1, 8), adjusted):
+        assert float(rows["lope"][f"heldout/pass_at_{k}/vs_baseline_p_holm"]) == \
+            pytest.approx(adj, abs=1e-6)
+    # dapo has one seed: no interval, no p, not in the family
+    assert rows["dapo"]["heldout/pass_at_1/vs_baseline_p_holm"] == "nan"
+    assert "Paired comparisons: 2, corrected together by Holm's method" in fair["md"]
+    holm = fair["md"].split("Holm-adjusted p over the family of 2 comparisons", 1)[1]
+    assert f"{ps[0]:.3f} ({adjusted[0]:.3f})" in holm
+
+
+def test_one_seed_is_never_bold(fair):
+    quality = _section(fair["md"], "Quality (final)")
+    assert float(fair["rows"]["dapo"]["heldout/pass_at_1/final_mean"]) > \
+        float(fair["rows"]["lope"]["heldout/pass_at_1/final_mean"])
+    assert "**" not in quality["dapo"]["heldout pass@1"]  # the top mean, but one seed
+    assert quality["lope"]["heldout pass@1"].startswith("**")
+
+
+def test_one_colour_per_algorithm_on_every_board_and_16_rows_distinguishable():
+    colours = [style(a).color for a in ALGORITHM_ORDER]
+    assert len(set(colours)) == len(ALGORITHM_ORDER) >= 16
+    assert style("lpo_fwd", 0).color == style("lpo_fwd", 3).color  # a variant keeps the colour
+    looks = {(style("lpo_fwd", i).linestyle, style("lpo_fwd", i).marker) for i in range(16)}
+    assert len(looks) == 16
+    assert style("my_plugin_alg").color == style("my_plugin_alg").color  # stable, not hash()
+
+
+def test_plot_marks_evaluations_and_bands_are_the_tables_interval(tmp_path):
+    values = np.array([[0.1, 0.2, 0.4], [0.2, 0.25, 0.3], [0.15, 0.3, 0.35]])
+    curve = Curve("grpo", np.array([0, 10, 20]), values, style("grpo"))
+    fig = plot_curves(tmp_path / "p.png", [curve], "t", "y", markers=True)
+    (ax,) = fig.axes
+    assert ax.lines[0].get_marker() == "o"
+    band = ax.collections[0].get_paths()[0].vertices[:, 1]
+    for j in range(3):
+        iv = interval(values[:, j])
+        assert np.isclose(band, iv.low).any() and np.isclose(band, iv.high).any()
+    assert not math.isnan(iv.low)

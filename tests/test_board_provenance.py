@@ -1,0 +1,212 @@
+"""Provenance of a board (issue 20): a dirty checkout is refused unless told otherwise (and then
+the board says so), the two commands that reproduce a board are written on it when its runs came
+from one named sweep, the runs behind it are exported and rebuild the same board, and every
+committed board names a sweep that exists in conf/sweep/."""
+
+from __future__ import annotations
+
+import functools
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from mlflow.entities import Metric, Param
+from mlflow.tracking import MlflowClient
+
+import harness.report.board as board_module
+from harness.report import provenance
+from harness.report.board import build_leaderboards as _build
+from harness.report.config import BoardError
+from harness.report.provenance import Checkout, import_runs, read_export
+
+ROOT = Path(__file__).resolve().parents[1]
+build_leaderboards = functools.partial(_build, allow_dirty=True, log_to_mlflow=False)
+# Committed boards made before issue 20, to be regenerated from their named sweeps (then each
+# README carries its "Reproduce" line and the board leaves this list).
+LEGACY = {"code-tiny", "geometry3k-tiny", "lantern", "math-tiny", "testbed", "testbed-agentic",
+          "testbed-minibatch", "testbed-rollout", "."}
+
+
+def _store(tmp_path, sweep_tags, extra=()):
+    """Runs (algorithm, seed, sweep) as ``rlbench sweep sweep=<sweep>`` tags them, each launched
+    with the overrides of its cell plus ``extra``."""
+    uri = f"sqlite:///{tmp_path / 'mlruns.db'}"
+    client = MlflowClient(uri)
+    exp = client.create_experiment("e", artifact_location=(tmp_path / "a").as_uri())
+    for i, (alg, seed, sweep) in enumerate(sweep_tags):
+        tags = {"rlbench.algorithm": alg, "rlbench.task": "countdown",
+                "rlbench.task_variant": "tiny", "rlbench.model": "tiny", "rlbench.seed": str(seed),
+                "rlbench.temperature": "1.0", "rlbench.git_commit": "f" * 40}
+        if sweep:
+            tags["rlbench.sweep"] = sweep
+            tags["rlbench.overrides"] = json.dumps([
+                f"algorithm={alg}", "task=countdown", "model=tiny", "trainer=offpolicy",
+                f"seed={seed}", f"sweep={sweep}", "backend.threads=1", *extra])
+        rid = client.create_run(exp, start_time=1000 + i, tags=tags).info.run_id
+        client.log_batch(rid, params=[Param("seed", str(seed)), Param("algorithm.name", alg)],
+                         metrics=[Metric("final/heldout/pass_at_1", 0.2 + seed / 100, 0, 2),
+                                  Metric("eval/heldout/pass_at_1", 0.1, 0, 0),
+                                  Metric("eval/heldout/pass_at_1", 0.2 + seed / 100, 0, 2),
+                                  Metric("rollout/tokens_total", 100.0, 0, 1),
+                                  Metric("rollout/tokens_total", 200.0, 0, 2)])
+        client.set_terminated(rid, "FINISHED")
+    return uri
+
+
+def test_dirty_checkout_is_refused_unless_allowed(tmp_path, monkeypatch):
+    uri = _store(tmp_path, [("grpo", 0, "s"), ("grpo", 1, "s")])
+    monkeypatch.setattr(board_module, "checkout",
+                        lambda out: Checkout("a" * 40, ("harness/trainer.py",)))
+    with pytest.raises(BoardError, match=r"uncommitted changes \(1 path\(s\): "
+                                         r"harness/trainer\.py\).*--allow-dirty"):
+        _build(uri, "e", tmp_path / "out")
+    assert not (tmp_path / "out").exists()
+    _build(uri, "e", tmp_path / "out", allow_dirty=True, log_to_mlflow=False)
+    readme = (tmp_path / "out" / "README.md").read_text()
+    assert "with uncommitted changes to 1 path(s), built with --allow-dirty" in readme
+    md = (tmp_path / "out" / "countdown-tiny" / "tiny" / "leaderboard.md").read_text()
+    assert "built with --allow-dirty" in md
+
+
+def test_checkout_lists_changes_outside_leaderboards_and_the_output(tmp_path, monkeypatch):
+    repo = tmp_path / "repo"
+    repo.mkdir()
+
+    def git(*args):
+        subprocess.run(["git", *args], cwd=repo, check=True, capture_output=True)
+
+    git("init", "-q")
+    for path in ("code.py", "leaderboards/old/README.md"):
+        (repo / path).parent.mkdir(parents=True, exist_ok=True)
+        (repo / path).write_text("x\n")
+    git("add", ".")
+    git("-c", "user.email=a@b", "-c", "user.name=a", "commit", "-qm", "init")
+    monkeypatch.setattr(provenance, "REPO", repo)
+    assert provenance.checkout(repo / "boards").dirty == ()
+    (repo / "leaderboards/old/README.md").write_text("regenerated\n")  # another board: fine
+    (repo / "boards").mkdir()
+    (repo / "boards" / "new.md").write_text("this board\n")
+    assert provenance.checkout(repo / "boards").dirty == ()
+    (repo / "code.py").write_text("changed\n")
+    (repo / "scratch.py").write_text("untracked\n")
+    assert provenance.checkout(repo / "boards").dirty == ("code.py", "scratch.py")
+
+
+def test_reproduce_line_names_the_sweep_and_the_board_command(tmp_path):
+    uri = _store(tmp_path, [("grpo", 0, "testbed_offpolicy"), ("grpo", 1, "testbed_offpolicy")])
+    build_leaderboards(uri, "e", tmp_path / "out")
+    readme = (tmp_path / "out" / "README.md").read_text()
+    assert ("- Reproduce (from the repository root): `rlbench sweep sweep=testbed_offpolicy`, "
+            "then `rlbench board --experiment e --out out`.") in readme
+    assert f"- Runs made at commit: `{'f' * 12}` (2)." in readme
+
+
+def test_reproduce_line_refuses_runs_with_overrides_the_sweep_does_not_make(tmp_path):
+    uri = _store(tmp_path, [("grpo", 0, "testbed_offpolicy"), ("grpo", 1, "testbed_offpolicy")],
+                 extra=("trainer.steps=1",))
+    build_leaderboards(uri, "e", tmp_path / "out")
+    readme = (tmp_path / "out" / "README.md").read_text()
+    assert ("- Reproduce: not by two commands: runs of sweep `testbed_offpolicy` had overrides "
+            "it does not make: `trainer.steps=1` (2).") in readme
+
+
+def test_reproduce_line_says_when_runs_did_not_come_from_one_sweep(tmp_path):
+    uri = _store(tmp_path, [("grpo", 0, "testbed_offpolicy"), ("grpo", 1, "")])
+    build_leaderboards(uri, "e", tmp_path / "out")
+    readme = (tmp_path / "out" / "README.md").read_text()
+    assert ("- Reproduce: not by two commands: runs came from sweep `testbed_offpolicy` (1) and 1 "
+            "run(s) not launched by a named sweep.") in readme
+
+
+def test_export_rebuilds_the_same_board(tmp_path):
+    uri = _store(tmp_path, [("grpo", 0, "testbed_offpolicy"), ("grpo", 1, "testbed_offpolicy"),
+                            ("dapo", 0, "testbed_offpolicy"), ("dapo", 1, "testbed_offpolicy")])
+    build_leaderboards(uri, "e", tmp_path / "out")
+    d = tmp_path / "out" / "countdown-tiny" / "tiny"
+    export = d / "runs.jsonl.gz"
+    records = read_export(export)
+    assert len(records) == 4
+    assert records[0]["metrics"]["rollout/tokens_total"][1][:2] == [2, 200.0]
+    assert import_runs(export, f"sqlite:///{tmp_path / 'copy.db'}", "e") == 4
+    build_leaderboards(f"sqlite:///{tmp_path / 'copy.db'}", "e", tmp_path / "again")
+    again = tmp_path / "again" / "countdown-tiny" / "tiny"
+    assert (again / "leaderboard.csv").read_text() == (d / "leaderboard.csv").read_text()
+    assert (again / "runs.jsonl.gz").read_bytes() == export.read_bytes()  # original ids kept
+
+
+def test_every_committed_board_names_an_existing_sweep():
+    sweeps = {p.stem for p in (ROOT / "conf" / "sweep").glob("*.yaml")}
+    boards = {p.parent.relative_to(ROOT / "leaderboards").as_posix()
+              for p in (ROOT / "leaderboards").glob("**/README.md")
+              if "Generated by `rlbench board`" in p.read_text() or p.parent.name == "lantern"}
+    for board in sorted(boards - LEGACY):
+        readme = (ROOT / "leaderboards" / board / "README.md").read_text()
+        found = re.search(r"Reproduce \(from the repository root\): `rlbench sweep "
+                          r"sweep=(\w+)`, then `rlbench board [^`]*--out leaderboards/"
+                          + re.escape(board), readme)
+        assert found and found.group(1) in sweeps, board
+        assert any((ROOT / "leaderboards" / board).glob("**/runs.jsonl.gz")), board
+    assert LEGACY - {"."} <= boards | {"lantern"}  # the list names boards that exist
+    for board in sorted(LEGACY & boards):  # a regenerated board leaves the list
+        readme = (ROOT / "leaderboards" / board / "README.md").read_text()
+        assert "Reproduce (from the repository root)" not in readme, f"remove {board} from LEGACY"
+
+
+def test_demo_writes_only_paths_git_ignores(monkeypatch, tmp_path):
+    """``rlbench demo`` in a clone leaves ``git status`` clean: everything goes under its own
+    ignored folder, its sweep to the named sweep's own experiment (never the default one)."""
+    from harness.cli import compose_config, demo
+
+    calls = []
+    monkeypatch.setattr(demo, "_run", lambda args, env: calls.append(args))
+    monkeypatch.chdir(ROOT)
+    demo.run_demo()
+    board = next(c for c in calls if c[0] == "board")
+    out = Path(board[board.index("--out") + 1]).relative_to(ROOT)
+    experiment = board[board.index("--experiment") + 1]
+    assert experiment == compose_config(["sweep=countdown_baselines"]).tracking.experiment
+    assert experiment != compose_config([]).tracking.experiment  # smoke runs land elsewhere
+    sweep = next(c for c in calls if c[0] == "sweep")
+    assert not any(a.startswith("tracking.experiment=") for a in sweep)
+    root = out.parent
+    written = [f"{out}/README.md", f"{out}/countdown-tiny/tiny/leaderboard.md",
+               f"{root}/mlruns.db", f"{root}/mlartifacts/1/x", f"{root}/multirun/2026-01-01/x"]
+    ignored = subprocess.run(["git", "check-ignore", "--no-index", *written], cwd=ROOT,
+                             capture_output=True, text=True).stdout.split()
+    assert ignored == written
+
+
+@pytest.mark.slow
+def test_sweep_records_its_overrides_and_the_board_checks_them(tmp_path, cli_env):
+    """Through the command line: a named sweep's cell run with an extra override is tagged with
+    its overrides, and the board built from it says the sweep alone does not reproduce it."""
+    from tests.conftest import FAST_PRETRAIN
+
+    cli = [sys.executable, "-m", "harness.cli"]
+    small = [*FAST_PRETRAIN, "backend.threads=1", "data.prompts_per_step=4", "rollout.n=4",
+             "task.tiny.eval.heldout.limit=8", "task.tiny.eval.heldout.n=2",
+             "task.tiny.eval.heldout.k=[1,2]", "tracking.log_samples=0"]
+    out = subprocess.run([*cli, "sweep", "sweep=countdown_baselines", "algorithm=grpo", "seed=0",
+                          "trainer.steps=1", *small], cwd=tmp_path, env=cli_env,
+                         capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stderr[-2000:]
+    client = MlflowClient(cli_env["MLFLOW_TRACKING_URI"])
+    exp = client.get_experiment_by_name("countdown_baselines").experiment_id
+    (run,) = client.search_runs([exp])
+    overrides = json.loads(run.data.tags["rlbench.overrides"])
+    assert {"sweep=countdown_baselines", "algorithm=grpo", "seed=0", "trainer.steps=1"} <= \
+        set(overrides)
+    board = subprocess.run([*cli, "board", "--experiment", "countdown_baselines", "--out",
+                            str(tmp_path / "b"), "--allow-dirty", "--no-mlflow"], cwd=tmp_path,
+                           env=cli_env, capture_output=True, text=True, timeout=600)
+    assert board.returncode == 0, board.stderr[-2000:]
+    readme = (tmp_path / "b" / "README.md").read_text()
+    line = next(x for x in readme.splitlines() if x.startswith("- Reproduce"))
+    assert line.startswith("- Reproduce: not by two commands: runs of sweep "
+                           "`countdown_baselines` had overrides it does not make: ")
+    assert "`trainer.steps=1` (1)" in line and "`rollout.n=4` (1)" in line
+    # the cell's own values and what cannot change a result are not held against it
+    assert not any(k in line for k in ("algorithm=", "seed=", "backend.threads", "tracking."))
