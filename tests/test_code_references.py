@@ -14,7 +14,11 @@ EXPECTED = {"humaneval": 164, "mbpp": 974, "mbpp_sanitized": 427, "leetcode": 20
 
 @pytest.fixture(scope="module")
 def grader():
-    g = CodeGrader(GraderConfig(workers=2, stop_on_first_failure=False))
+    # The references are judged for correctness, not speed: the slowest (mbpp/123, amicable
+    # numbers up to 9999, O(n^2)) needs ~5 s of one quiet core and ~15 s on a loaded machine,
+    # over the task's 10 s call budget, so the budgets here are generous.
+    g = CodeGrader(GraderConfig(workers=2, stop_on_first_failure=False, call_timeout_s=60.0,
+                                cpu_s=60.0, timeout_per_test_s=20.0))
     yield g
     g.close()
 
