@@ -87,7 +87,8 @@ def shell_trainer(algo, engine: ToyEngine, **trainer) -> Trainer:
     tr = Trainer.__new__(Trainer)
     tr.cfg = OmegaConf.create({
         "trainer": {"epochs": 1, "shuffle": False, "mini_batch_size": 0, "micro_batch_size": 0,
-                    "skip_zero_gradient": True, **trainer},
+                    "skip_zero_gradient": True,
+                    "optim": {"grad_clip": 1.0}, **trainer},
         "rollout": {"temperature": 1.0}})
     tr.algorithm, tr.engine = algo, engine
     return tr
