@@ -1,5 +1,5 @@
 """LANTERN: LLM-augmented neurosymbolic transfer with experience-gated reasoning networks — the
-classic-RL transfer track of rlbench (docs/lantern.md; method: ../shared/specs/algorithms.md §4).
+classic-RL transfer track of rlbench (method and sources: docs/lantern.md).
 
 Q-learning transfer for tasks whose reward is given by an automaton (a DFA over subgoal events):
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import json
 import time
 from pathlib import Path
 
@@ -16,7 +17,7 @@ from harness.types import Example
 from tasks.countdown import CountdownTask, FullConfig, TinyConfig, last_answer
 
 ROOT = Path(__file__).resolve().parents[1]
-SHARED = Path("/work/shared/data/countdown")
+GOLD_PROMPTS = ROOT / "tests" / "fixtures" / "countdown_tinyzero_prompts.json"
 
 
 def _tiny(**kw) -> CountdownTask:
@@ -149,22 +150,28 @@ def test_full_train_limit_is_respected():
 
 
 def test_full_base_prompt_matches_tinyzero_parquet(full):
-    pq = pytest.importorskip("pyarrow.parquet")
-    if not (SHARED / "test.parquet").exists():
-        pytest.skip("shared TinyZero parquet not available")
-    rows = pq.read_table(SHARED / "test.parquet", columns=["prompt"]).to_pylist()
+    """Gold rows copied from TinyZero's test.parquet (prompt[0].content): the full variant must
+    produce the very same text, so scores are comparable with TinyZero/verl runs."""
+    gold = json.loads(GOLD_PROMPTS.read_text(encoding="utf-8"))["rows"]
     examples = full.eval_sets()[0].examples
-    assert len(rows) == len(examples)
-    for row, ex in zip(rows, examples, strict=True):
-        assert ex.prompt == row["prompt"][0]["content"]
+    assert len(examples) == 2001
+    for row in gold:
+        ex = examples[row["index"]]
+        assert (ex.answer["target"], list(ex.answer["numbers"])) == (row["target"], row["nums"])
+        assert ex.prompt == row["prompt"]
 
 
 def test_full_reads_parquet_data_dir(tmp_path, full):
-    pytest.importorskip("pyarrow.parquet")
-    if not (SHARED / "train.parquet").exists():
-        pytest.skip("shared TinyZero parquet not available")
+    """The TinyZero/verl parquet layout (columns target, nums) reads into the same examples as the
+    shipped jsonl; the parquet files are written here from that jsonl."""
+    pa = pytest.importorskip("pyarrow")
+    pq = pytest.importorskip("pyarrow.parquet")
+    data = ROOT / "tasks" / "countdown" / "data"
     for split in ("train", "test"):
-        (tmp_path / f"{split}.parquet").symlink_to(SHARED / f"{split}.parquet")
+        lines = (data / f"{split}.jsonl").read_text(encoding="utf-8").splitlines()
+        rows = [json.loads(line) for line in lines if line.strip()]
+        table = pa.table({"target": [r["target"] for r in rows], "nums": [r["nums"] for r in rows]})
+        pq.write_table(table, tmp_path / f"{split}.parquet")
     task = _full(data_dir=str(tmp_path))
     assert [e.answer for e in task.train_examples()] == [e.answer for e in full.train_examples()]
     assert len(task.eval_sets()[1].examples) == 1000
