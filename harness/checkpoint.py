@@ -7,9 +7,13 @@ during the write never leaves a half checkpoint that looks complete; ``latest`` 
 from __future__ import annotations
 
 import json
+import random
 import shutil
 from pathlib import Path
 from typing import Any
+
+import numpy as np
+import torch
 
 KEEP = 2
 
@@ -58,3 +62,23 @@ def prune_checkpoints(output_dir: Path, keep: int) -> list[Path]:
     for old in doomed:
         shutil.rmtree(old, ignore_errors=True)
     return doomed
+
+
+def rng_state() -> dict[str, Any]:
+    """The Python, torch and NumPy generators' states as JSON-able lists (the checkpoint holds
+    every source of randomness the loop draws from, so a resumed run repeats its metrics)."""
+    kind, keys, pos, has_gauss, gauss = np.random.get_state()
+    return {"python_rng": random.getstate(), "torch_rng": torch.get_rng_state().tolist(),
+            "numpy_rng": [kind, keys.tolist(), int(pos), int(has_gauss), float(gauss)]}
+
+
+def restore_rng_state(state: dict[str, Any]) -> None:
+    random.setstate(_tuplify(state["python_rng"]))
+    torch.set_rng_state(torch.tensor(state["torch_rng"], dtype=torch.uint8))
+    if "numpy_rng" in state:
+        kind, keys, pos, has_gauss, gauss = state["numpy_rng"]
+        np.random.set_state((kind, np.asarray(keys, dtype=np.uint32), pos, has_gauss, gauss))
+
+
+def _tuplify(obj: Any) -> Any:  # JSON turned random.getstate()'s tuples into lists
+    return tuple(_tuplify(x) for x in obj) if isinstance(obj, list) else obj

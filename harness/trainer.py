@@ -29,7 +29,6 @@ resident memory of the process) and, on a GPU, ``final/peak_gpu_mem_mb``.
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import json
 import logging
@@ -49,10 +48,18 @@ from omegaconf import DictConfig, OmegaConf
 from harness.algorithm import Algorithm, build_algorithm
 from harness.batch import RolloutBatch
 from harness.cells import HASH_TAG, CellPlan, plan_cell
-from harness.checkpoint import prune_checkpoints, save_checkpoint
+from harness.checkpoint import prune_checkpoints, restore_rng_state, rng_state, save_checkpoint
 from harness.components import ConfigError, build
 from harness.config import validate_config
 from harness.evaluation import check_eval_sets, evaluate
+from harness.lifecycle import (
+    RunInterrupted,
+    eval_summary,
+    finish_text,
+    install_handlers,
+    restore_handlers,
+    status_line,
+)
 from harness.manifest import build_manifest, git_label
 from harness.registry import BACKENDS, MODELS, TASKS
 from harness.rollout import PromptSampler, RolloutContext, on_policy_rows, rollout_metrics
@@ -62,14 +69,6 @@ from harness.tracking import Tracker
 from harness.types import SamplingParams
 
 log = logging.getLogger("rlbench")
-
-
-class RunInterrupted(BaseException):
-    """Raised after a clean stop on SIGINT/SIGTERM; ``signum`` gives the exit code 128+signum."""
-
-    def __init__(self, signum: int) -> None:
-        super().__init__(f"interrupted by signal {signum}")
-        self.signum = signum
 
 
 def process_rank() -> int:
@@ -202,11 +201,7 @@ class Trainer:
         self.wall_offset = state.get("wall_s", 0.0)
         self.eval_history = state.get("eval_history", [])
         self.algorithm.load_state_dict(state.get("algorithm", {}))
-        random.setstate(_tuplify(state["python_rng"]))
-        torch.set_rng_state(torch.tensor(state["torch_rng"], dtype=torch.uint8))
-        if "numpy_rng" in state:
-            kind, keys, pos, has_gauss, gauss = state["numpy_rng"]
-            np.random.set_state((kind, np.asarray(keys, dtype=np.uint32), pos, has_gauss, gauss))
+        restore_rng_state(state)
         if plan.run_id is None:
             plan.run_id = state.get("run_id")
         log.info("[%s] resuming %s: from step %d", self.run_name, plan.reason, self.step)
@@ -375,8 +370,7 @@ class Trainer:
             "wall_s": self.wall_offset + (time.perf_counter() - self._t_start),
             "eval_history": self.eval_history,
             "config": OmegaConf.to_container(self.cfg, resolve=True),  # for rlbench eval
-            "python_rng": random.getstate(), "torch_rng": torch.get_rng_state().tolist(),
-            "numpy_rng": _numpy_state(), "algorithm": self.algorithm.state_dict(),
+            "algorithm": self.algorithm.state_dict(), **rng_state(),
         }
         self.last_checkpoint = save_checkpoint(self.engine, self.output_dir, self.step, state)
         return self.last_checkpoint
@@ -391,7 +385,7 @@ class Trainer:
     def fit(self) -> dict[str, float]:
         """Run (or continue) training; returns the summary metrics."""
         self._t_start = time.perf_counter()
-        handlers = _install_handlers(self._request_stop)
+        handlers = install_handlers(self._request_stop)
         status = "FAILED"
         try:
             if self.setup().action == "skip":
@@ -407,7 +401,7 @@ class Trainer:
                 raise RunInterrupted(signal.SIGINT) from None
             raise
         finally:
-            _restore_handlers(handlers)
+            restore_handlers(handlers)
             if hasattr(self, "tracker") and status != "SKIPPED":
                 self.tracker.end(status)
 
@@ -454,14 +448,7 @@ class Trainer:
         summary.update({f"final/time_{k}_s": v for k, v in sorted(self.stage_totals.items())})
         if torch.cuda.is_available():
             summary["final/peak_gpu_mem_mb"] = torch.cuda.max_memory_allocated() / 2**20
-        evals = self.eval_history
-        keys = [k for k in (evals[-1] if evals else {}) if "/pass_at_" in k or "/mean_at_" in k
-                or "/maj_at_" in k]
-        for key in keys:
-            tail = [e[key] for e in evals[-2:] if key in e]
-            summary["final/" + key[len("eval/"):]] = float(np.mean(tail))
-            if evals[0]["step"] == 0 and key in evals[0]:
-                summary["start/" + key[len("eval/"):]] = evals[0][key]
+        summary.update(eval_summary(self.eval_history))
         self.tracker.log_metrics(summary, self.step)
         return summary
 
@@ -481,21 +468,11 @@ class Trainer:
             self.tracker.log_model_dir(self.last_checkpoint)
         if cfg.trainer.keep_checkpoints > 0:
             prune_checkpoints(self.output_dir, cfg.trainer.keep_checkpoints)
-        evals = "  ".join(f"{k[len('final/'):]}={v:.3f}" for k, v in summary.items()
-                          if k.startswith("final/") and ("/pass_at_1" in k or "/mean_at_" in k))
-        lines = [f"[{self.run_name}] finished {int(summary['final/steps'])} steps in "
-                 f"{_fmt_s(summary['final/wall_s'])} (warm start {_fmt_s(self.warm_start_s)})"
-                 + (f": {evals}" if evals else "")]
-        if self.tracker.enabled:
-            lines += [f"  run id:      {self.tracker.run_id}",
-                      f"  MLflow:      {self.tracker.uri} (experiment "
-                      f"{cfg.tracking.experiment!r}; browse: rlbench ui)"]
-        lines.append(f"  output dir:  {self.output_dir}")
-        if self.last_checkpoint is not None:
-            lines.append(f"  checkpoint:  {self.last_checkpoint}")
-        if self.tracker.enabled:
-            lines.append(f"  evaluate:    rlbench eval run_id={self.tracker.run_id}")
-        log.info("\n".join(lines))
+        log.info(finish_text(
+            self.run_name, summary, self.warm_start_s,
+            run_id=self.tracker.run_id if self.tracker.enabled else None, uri=self.tracker.uri,
+            experiment=cfg.tracking.experiment, output_dir=self.output_dir,
+            checkpoint=self.last_checkpoint))
 
     def _skipped_summary(self) -> dict[str, float]:
         run_id = self.plan.run_id
@@ -514,42 +491,7 @@ class Trainer:
         done = self.step - self._first_step
         elapsed = time.perf_counter() - self._t_start
         eta = elapsed / done * (self.cfg.trainer.steps - self.step) if done > 0 else 0.0
-        log.info(
-            f"[{self.run_name}] step {self.step}/{self.cfg.trainer.steps} "
-            f"reward {m.get('rollout/reward_mean', float('nan')):.3f} "
-            f"acc {m.get('rollout/acc', float('nan')):.3f} "
-            f"len {m.get('rollout/response_len_mean', float('nan')):.1f} "
-            f"ent {m.get('rollout/entropy', float('nan')):.3f} "
-            f"gn {m.get('actor/grad_norm', float('nan')):.3f} "
-            f"{m['time/step']:.2f}s eta {_fmt_s(eta)}")
-
-
-def _fmt_s(seconds: float) -> str:
-    s = round(seconds)
-    return f"{s}s" if s < 60 else (f"{s // 60}m{s % 60:02d}s" if s < 3600
-                                   else f"{s // 3600}h{(s % 3600) // 60:02d}m")
-
-
-def _numpy_state() -> list[Any]:
-    kind, keys, pos, has_gauss, gauss = np.random.get_state()
-    return [kind, keys.tolist(), int(pos), int(has_gauss), float(gauss)]
-
-
-def _tuplify(obj: Any) -> Any:
-    return tuple(_tuplify(x) for x in obj) if isinstance(obj, list) else obj
-
-
-def _install_handlers(handler: Any) -> dict[int, Any]:
-    old: dict[int, Any] = {}
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        with contextlib.suppress(ValueError):  # not the main thread: leave signals alone
-            old[sig] = signal.signal(sig, handler)
-    return old
-
-
-def _restore_handlers(old: dict[int, Any]) -> None:
-    for sig, h in old.items():
-        signal.signal(sig, h)
+        log.info(status_line(self.run_name, self.step, self.cfg.trainer.steps, m, eta))
 
 
 def train(cfg: DictConfig, output_dir: str | Path | None = None) -> dict[str, float]:

@@ -1,0 +1,90 @@
+"""What a training run prints and how it stops: the per-step status line, the summary metrics
+(``final/*``, ``start/*``) and the end-of-run text, and the SIGINT/SIGTERM handlers that let the
+loop stop at a step boundary (:mod:`harness.trainer` owns the loop; this module holds no state).
+
+Summary rule: ``final/<set>/<metric>`` is the mean of the last two evaluations (one evaluation's
+sampling noise is halved without reaching back into the middle of training); ``start/*`` is the
+step-0 evaluation when there was one. Only pass@k, mean@k and maj@k enter the summary.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import signal
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+SUMMARY_METRICS = ("/pass_at_", "/mean_at_", "/maj_at_")
+
+
+class RunInterrupted(BaseException):
+    """Raised after a signal stopped the loop (a BaseException so ``except Exception`` in user
+    code cannot swallow it)."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(f"interrupted by signal {signum}")
+        self.signum = signum
+
+
+def eval_summary(evals: Sequence[Mapping[str, float]]) -> dict[str, float]:
+    """``final/*`` (mean of the last two evaluations) and ``start/*`` (the step-0 evaluation)."""
+    summary: dict[str, float] = {}
+    keys = [k for k in (evals[-1] if evals else {}) if any(s in k for s in SUMMARY_METRICS)]
+    for key in keys:
+        tail = [e[key] for e in evals[-2:] if key in e]
+        summary["final/" + key[len("eval/"):]] = float(np.mean(tail))
+        if evals[0]["step"] == 0 and key in evals[0]:
+            summary["start/" + key[len("eval/"):]] = evals[0][key]
+    return summary
+
+
+def status_line(run_name: str, step: int, steps: int, m: Mapping[str, float], eta_s: float) -> str:
+    nan = float("nan")
+    return (f"[{run_name}] step {step}/{steps} "
+            f"reward {m.get('rollout/reward_mean', nan):.3f} "
+            f"acc {m.get('rollout/acc', nan):.3f} "
+            f"len {m.get('rollout/response_len_mean', nan):.1f} "
+            f"ent {m.get('rollout/entropy', nan):.3f} "
+            f"gn {m.get('actor/grad_norm', nan):.3f} "
+            f"{m['time/step']:.2f}s eta {fmt_s(eta_s)}")
+
+
+def finish_text(run_name: str, summary: Mapping[str, float], warm_start_s: float, *,
+                run_id: str | None, uri: str | None, experiment: str, output_dir: Any,
+                checkpoint: Any) -> str:
+    """The end-of-run summary: what ran, where it is, and what to look at next."""
+    evals = "  ".join(f"{k[len('final/'):]}={v:.3f}" for k, v in summary.items()
+                      if k.startswith("final/") and ("/pass_at_1" in k or "/mean_at_" in k))
+    lines = [f"[{run_name}] finished {int(summary['final/steps'])} steps in "
+             f"{fmt_s(summary['final/wall_s'])} (warm start {fmt_s(warm_start_s)})"
+             + (f": {evals}" if evals else "")]
+    if run_id is not None:
+        lines += [f"  run id:      {run_id}",
+                  f"  MLflow:      {uri} (experiment {experiment!r}; browse: rlbench ui)"]
+    lines.append(f"  output dir:  {output_dir}")
+    if checkpoint is not None:
+        lines.append(f"  checkpoint:  {checkpoint}")
+    if run_id is not None:
+        lines.append(f"  evaluate:    rlbench eval run_id={run_id}")
+    return "\n".join(lines)
+
+
+def fmt_s(seconds: float) -> str:
+    s = round(seconds)
+    return f"{s}s" if s < 60 else (f"{s // 60}m{s % 60:02d}s" if s < 3600
+                                   else f"{s // 3600}h{(s % 3600) // 60:02d}m")
+
+
+def install_handlers(handler: Any) -> dict[int, Any]:
+    old: dict[int, Any] = {}
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        with contextlib.suppress(ValueError):  # not the main thread: leave signals alone
+            old[sig] = signal.signal(sig, handler)
+    return old
+
+
+def restore_handlers(old: dict[int, Any]) -> None:
+    for sig, h in old.items():
+        signal.signal(sig, h)
