@@ -22,7 +22,7 @@ USAGE = """\
 rlbench: a benchmark harness for RL with verifiable rewards.
 
   rlbench demo                                  the default job: warm start, 18 runs, leaderboard
-  rlbench list [algorithms|tasks|models|backends|verifiers]
+  rlbench list [algorithms|tasks|models|backends|verifiers|matrix]
   rlbench pretrain model=tiny task=countdown    warm-start (and cache) the tiny model
   rlbench train algorithm=grpo task=countdown model=tiny seed=0 [key=value ...]
   rlbench sweep algorithm=grpo,dr_grpo seed=0,1,2 [hydra/launcher=joblib ...]
@@ -38,7 +38,7 @@ reward: model=hf model.path=<dir>, task=custom (README, "Bring your own").
 Exit status: 0 ok, 1 failed run, 2 bad input, 128+N killed by signal N."""
 
 HYDRA_COMMANDS = ("train", "sweep", "eval")
-LIST_KINDS = ("algorithms", "tasks", "models", "backends", "verifiers")
+LIST_KINDS = ("algorithms", "tasks", "models", "backends", "verifiers", "matrix")
 
 
 @dataclass
@@ -132,7 +132,8 @@ def _demo(args: argparse.Namespace, rest: list[str]) -> None:
 COMMANDS: list[Command] = [
     Command("demo", "warm start, sweep the baselines over seeds, build leaderboards",
             _demo_arguments, _demo),
-    Command("list", "registered algorithms, tasks, models, backends, verifiers",
+    Command("list", "registered algorithms, tasks, models, backends, verifiers; the "
+            "algorithm x task compatibility matrix",
             _list_arguments, _list),
     Command("pretrain", "warm-start and cache the tiny model", _pretrain_arguments, _pretrain),
     Command("board", "leaderboards from MLflow runs", _board_arguments, _board),
