@@ -17,7 +17,7 @@ The vocabulary (:data:`CAPABILITIES`):
 A train or sweep over an incompatible pair exits 2 with one line naming the pair and the reason
 (:func:`check_config`, called by ``harness.config.validate_config``); ``rlbench list matrix`` prints
 the whole algorithm x task matrix (:func:`matrix`). The suite sweep (``conf/sweep/suite.yaml``)
-drops incompatible cells with :class:`harness.cli.sweeper.CompatibleSweeper`.
+drops incompatible cells with ``hydra/sweeper=compatible`` (:mod:`harness.sweeper`).
 """
 
 from __future__ import annotations

@@ -18,12 +18,12 @@ import logging
 from dataclasses import dataclass
 from typing import Any
 
-from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
 from hydra.types import RunMode
 
 log = logging.getLogger("rlbench")
 
 TARGET = "hydra_plugins.rlbench.CompatibleSweeper"
+BASIC = "hydra._internal.core_plugins.basic_sweeper.BasicSweeper"
 
 
 @dataclass
@@ -37,35 +37,44 @@ def is_compatible_sweeper(hydra_cfg: Any) -> bool:
     return str(hydra_cfg.sweeper.get("_target_", "")) == TARGET
 
 
-class CompatibleSweeper(BasicSweeper):
-    """The basic sweeper's cells, less those whose algorithm cannot run on their task."""
+def _sweep(self: Any, arguments: list[str]) -> Any:
+    """The basic sweeper's ``sweep``, its cross-product filtered by :func:`_runnable`."""
+    original = self.split_arguments
 
-    def sweep(self, arguments: list[str]) -> Any:
-        original = self.split_arguments
+    def split(overrides: Any, max_batch_size: int | None) -> list[list[list[str]]]:
+        cells = [c for batch in original(overrides, None) for c in batch]
+        kept = [c for c in cells if _runnable(self, c)]
+        log.info("sweep: %d of %d cells are compatible pairs (%d dropped)",
+                 len(kept), len(cells), len(cells) - len(kept))
+        n = max_batch_size or len(kept) or 1
+        return [kept[i:i + n] for i in range(0, len(kept), n)]
 
-        def split(overrides: Any, max_batch_size: int | None) -> list[list[list[str]]]:
-            batches = original(overrides, None)
-            cells = [c for batch in batches for c in batch]
-            kept = [c for c in cells if self._runnable(c)]
-            log.info("sweep: %d of %d cells are compatible pairs (%d dropped)",
-                     len(kept), len(cells), len(cells) - len(kept))
-            n = max_batch_size or len(kept) or 1
-            return [kept[i:i + n] for i in range(0, len(kept), n)]
+    self.split_arguments = split
+    return type(self).__mro__[1].sweep(self, arguments)
 
-        self.split_arguments = split  # type: ignore[method-assign]
-        return super().sweep(arguments)
 
-    def _runnable(self, cell: list[str]) -> bool:
-        from harness.compat import check
+def _runnable(self: Any, cell: list[str]) -> bool:
+    from harness.compat import check
 
-        assert self.hydra_context is not None and self.config is not None
-        cfg = self.hydra_context.config_loader.load_configuration(
-            config_name=self.config.hydra.job.config_name, overrides=list(cell),
-            run_mode=RunMode.MULTIRUN)
-        verdict = check(cfg.algorithm, str(cfg.task.name))
-        if not verdict.ok:
-            log.info("sweep: dropped %s: %s", " ".join(cell), verdict.reason)
-        return verdict.ok
+    cfg = self.hydra_context.config_loader.load_configuration(
+        config_name=self.config.hydra.job.config_name, overrides=list(cell),
+        run_mode=RunMode.MULTIRUN)
+    verdict = check(cfg.algorithm, str(cfg.task.name))
+    if not verdict.ok:
+        log.info("sweep: dropped %s: %s", " ".join(cell), verdict.reason)
+    return verdict.ok
+
+
+def sweeper_class() -> type:
+    """``CompatibleSweeper``: a subclass of the basic sweeper *as Hydra's plugin registry holds
+    it*. Hydra's plugin scan re-executes its core plugin modules, rebinding ``BasicSweeper`` to a
+    new class, so a subclass made at import time would fail BasicSweeper's own ``super()``."""
+    from hydra.core.plugins import Plugins
+
+    base = Plugins.instance().class_name_to_class[BASIC]
+    return type("CompatibleSweeper", (base,), {
+        "__doc__": "The basic sweeper's cells, less those whose algorithm cannot run on their "
+                   "task.", "__module__": __name__, "sweep": _sweep})
 
 
 def register() -> None:
@@ -74,6 +83,9 @@ def register() -> None:
     from hydra.core.config_store import ConfigStore
     from hydra.core.plugins import Plugins
 
-    Plugins.instance().class_name_to_class[TARGET] = CompatibleSweeper
+    registry = Plugins.instance().class_name_to_class
+    if getattr(registry.get(TARGET), "__mro__", (None, None))[1] is not registry[BASIC]:
+        # Hydra instantiates from the class's import path: the module must hold it by name
+        registry[TARGET] = globals()["CompatibleSweeper"] = sweeper_class()
     ConfigStore.instance().store(group="hydra/sweeper", name="compatible",
                                  node=CompatibleSweeperConf, provider="rlbench")

@@ -117,10 +117,12 @@ def check_cell(overrides: list[str]) -> Any:
     return cfg
 
 
-def compatible_cells(cells: list[list[str]], overrides: list[str]) -> list[list[str]]:
+def compatible_cells(cells: list[list[str]], overrides: list[str],
+                     configs: dict[tuple[str, ...], Any] | None = None) -> list[list[str]]:
     """Under ``hydra/sweeper=compatible`` (the suite), the cells whose algorithm can run on their
     task, as that sweeper launches them; under any other sweeper every cell (an incompatible one
-    is then refused by :func:`check_cell`)."""
+    is then refused by :func:`check_cell`). ``configs`` receives the composed config of each
+    kept pair (the cell less its seed)."""
     from hydra.core.override_parser.overrides_parser import OverridesParser
 
     from harness.compat import check
@@ -138,6 +140,8 @@ def compatible_cells(cells: list[list[str]], overrides: list[str]) -> list[list[
         if key not in verdicts:
             cfg = compose_config(cell)
             verdicts[key] = check(cfg.algorithm, str(cfg.task.name)).ok
+            if configs is not None and verdicts[key]:
+                configs[key] = cfg
         if verdicts[key]:
             kept.append(cell)
     return kept
