@@ -29,6 +29,7 @@ rlbench: a benchmark harness for RL with verifiable rewards.
   rlbench sweep sweep=countdown_baselines       a named sweep from conf/sweep/
   rlbench eval run_id=<id> | checkpoint=<dir> [key=value ...]
   rlbench board [--experiment NAME] [--out DIR]  leaderboards from MLflow runs
+  rlbench board --suite --experiment suite      ... and the suite's cross-task aggregate
   rlbench ui [--port 5000]                      the MLflow UI on 127.0.0.1 (runs view)
   rlbench train|sweep track=lantern ...         a track outside the LLM loop
 
@@ -94,6 +95,11 @@ def _board_arguments(p: argparse.ArgumentParser) -> None:
                    help="build from a checkout with uncommitted changes (the board says so)")
     p.add_argument("--no-export", dest="export", action="store_false",
                    help="do not write runs.jsonl.gz (the runs behind each board)")
+    p.add_argument("--suite", action="store_true",
+                   help="also the cross-task aggregate (IQM, mean, P(> grpo), performance "
+                        "profiles; rliable) in <out>/aggregate, beside the per-task boards")
+    p.add_argument("--suite-reps", type=int, default=2000,
+                   help="bootstrap resamples of the suite aggregate's intervals (default 2000)")
     p.add_argument("--track", default=None,
                    help="the leaderboard of a track outside the LLM loop (e.g. lantern)")
 
