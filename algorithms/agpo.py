@@ -34,11 +34,13 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import ClassVar
 
 import torch
 
 from harness.algorithm import Algorithm
 from harness.batch import RolloutBatch
+from harness.compat import BINARY_CORRECT
 from harness.components import ConfigError
 from harness.groups import STD_KINDS, group_max, group_mean, group_min, group_std, num_groups
 from harness.registry import register_advantage, register_algorithm
@@ -62,6 +64,8 @@ def advantage_sign_metrics(adv: torch.Tensor, prefix: str) -> dict[str, float]:
 class AGPOAdvantage:
     """Form A: correct (c-μ)/sqrt(σ²+δ²), wrong ℛ; Form B: (c-μ)/sqrt(σ²+δ²) + 1[wrong]·ℛ.
     Sequence-level [B]. ``delta`` is required (no default)."""
+
+    needs: ClassVar[frozenset[str]] = frozenset({BINARY_CORRECT})  # harness.compat
 
     delta: float = "???"  # type: ignore[assignment]  # OmegaConf MISSING: required in the yaml
     form: str = "A"

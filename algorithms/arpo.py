@@ -61,12 +61,13 @@ from __future__ import annotations
 import math
 import random
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 import torch
 
 from harness.algorithm import Algorithm
 from harness.batch import RolloutBatch
+from harness.compat import TOOLS
 from harness.components import ConfigError, build
 from harness.multiturn import TurnState, step_round, tool_metrics
 from harness.registry import ADVANTAGES, register_advantage, register_algorithm, register_rollout
@@ -112,6 +113,8 @@ class _Slot:
 class EntropyBranching:
     """M = rollout.n trajectories per prompt: N from the prompt, the rest forked after tool
     calls where the segment entropy rose, topped up from the prompt when a prompt runs dry."""
+
+    needs: ClassVar[frozenset[str]] = frozenset({TOOLS})  # harness.compat
 
     initial_rollouts: int = 8
     beam_size: int = 2

@@ -46,12 +46,13 @@ from __future__ import annotations
 import dataclasses
 import random
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 import torch
 
 from harness.algorithm import Aggregator, Algorithm
 from harness.batch import RolloutBatch
+from harness.compat import BINARY_CORRECT
 from harness.components import ConfigError, build
 from harness.groups import group_max, num_groups
 from harness.policy_loss import LOG_RATIO_CLAMP, PPOClipLoss, token_advantages
@@ -99,6 +100,8 @@ def perturb(example: Example, prefix: str, separator: str, tail: str) -> Example
 @dataclass
 class LopeResample:
     """GRPO groups; all-wrong groups are resampled from Lorem-perturbed prompts and regrouped."""
+
+    needs: ClassVar[frozenset[str]] = frozenset({BINARY_CORRECT})  # harness.compat
 
     resample: bool = True
     num_perturbation: int = 6

@@ -38,7 +38,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
 import torch
 
@@ -171,6 +171,9 @@ def overlong_penalty(
 
 class Algorithm:
     """The default bundle. ``@register_algorithm`` subclasses document one method each."""
+
+    # what the bundle needs from a task beyond what its parts declare (harness.compat)
+    needs: ClassVar[frozenset[str]] = frozenset()
 
     def __init__(self, config: AlgorithmConfig, max_new_tokens: int) -> None:
         self.config = config

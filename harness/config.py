@@ -229,6 +229,9 @@ def register_schema() -> None:
     from hydra.core.config_store import ConfigStore
 
     ConfigStore.instance().store(name="rlbench_schema", node=Config)
+    from harness.sweeper import register
+
+    register()  # hydra/sweeper=compatible: a sweep of the compatible pairs only
 
 
 _CHOICES = {
@@ -291,6 +294,9 @@ def validate_config(cfg: DictConfig) -> None:
     if not isinstance(cfg.task, DictConfig) or "name" not in cfg.task:
         raise ConfigError("task must be chosen, e.g. task=countdown")
     validate(schema_of(TASKS.get(cfg.task.name)), cfg.task, "task")
+    from harness.compat import check_config
+
+    check_config(cfg)  # the pair: what the algorithm's parts need, what the task offers
 
 
 def flatten(node: Any, prefix: str = "") -> dict[str, Any]:

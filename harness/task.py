@@ -42,6 +42,8 @@ class Task:
 
     Config: ClassVar[type]
     name: ClassVar[str] = ""
+    # what the task offers its algorithms (harness.compat.CAPABILITIES): declared, not guessed
+    offers: ClassVar[frozenset[str]] = frozenset()
 
     def __init__(self, config: Any) -> None:
         self.config = config

@@ -22,6 +22,7 @@ def cmd_board(args: argparse.Namespace) -> None:
     written = build_leaderboards(resolve_tracking_uri(args.uri), args.experiment, args.out,
                                  baseline=args.baseline, config=args.config,
                                  log_to_mlflow=args.mlflow, variant=tuple(args.variant),
-                                 allow_dirty=args.allow_dirty, export=args.export)
+                                 allow_dirty=args.allow_dirty, export=args.export,
+                                 suite=args.suite, suite_reps=args.suite_reps)
     for path in written:
         print(path)

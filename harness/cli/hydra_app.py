@@ -117,6 +117,36 @@ def check_cell(overrides: list[str]) -> Any:
     return cfg
 
 
+def compatible_cells(cells: list[list[str]], overrides: list[str],
+                     configs: dict[tuple[str, ...], Any] | None = None) -> list[list[str]]:
+    """Under ``hydra/sweeper=compatible`` (the suite), the cells whose algorithm can run on their
+    task, as that sweeper launches them; under any other sweeper every cell (an incompatible one
+    is then refused by :func:`check_cell`). ``configs`` receives the composed config of each
+    kept pair (the cell less its seed)."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    from harness.compat import check
+    from harness.sweeper import is_compatible_sweeper
+
+    parsed = OverridesParser.create().parse_overrides(overrides)
+    fixed = [o.input_line for o in parsed if not o.is_sweep_override()]
+    if not cells or not is_compatible_sweeper(compose_config(fixed,
+                                                             return_hydra_config=True).hydra):
+        return cells
+    verdicts: dict[tuple[str, ...], bool] = {}  # seeds do not change a pair: compose once
+    kept = []
+    for cell in cells:
+        key = tuple(o for o in cell if o.partition("=")[0] != "seed")
+        if key not in verdicts:
+            cfg = compose_config(cell)
+            verdicts[key] = check(cfg.algorithm, str(cfg.task.name)).ok
+            if configs is not None and verdicts[key]:
+                configs[key] = cfg
+        if verdicts[key]:
+            kept.append(cell)
+    return kept
+
+
 def preflight(overrides: list[str], multirun: bool) -> list[list[str]]:
     """Every cell composed and validated; bad input exits 2 naming the key (and the cell)."""
     from hydra.errors import HydraException
@@ -129,6 +159,8 @@ def preflight(overrides: list[str], multirun: bool) -> list[list[str]]:
         cells = expand_cells(overrides) if multirun else [overrides]
     except (HydraException, OmegaConfBaseException) as exc:
         fail(hydra_message(exc, overrides))
+    if multirun:
+        cells = compatible_cells(cells, overrides)
     for k, cell in enumerate(cells, 1):
         where = f"cell {k}/{len(cells)} ({' '.join(cell)}): " if multirun else ""
         try:

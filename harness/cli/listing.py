@@ -1,4 +1,5 @@
-"""``rlbench list`` (what is registered, plugins included) and ``rlbench pretrain``."""
+"""``rlbench list`` (what is registered, plugins included, and the algorithm x task compatibility
+matrix) and ``rlbench pretrain``."""
 
 from __future__ import annotations
 
@@ -24,6 +25,10 @@ def cmd_list(kind: str | None) -> None:
                 print(f"  {path.stem:<20} {_first_line(path.read_text().lstrip('# '))}")
             if k == "backends":
                 print(f"  engines: {', '.join(BACKENDS.names())}")
+        elif k == "matrix":  # algorithm x task: what each needs, what each offers
+            from harness.compat import format_matrix
+
+            print("\n".join(f"  {line}" for line in format_matrix(CONF_DIR).splitlines()))
 
 
 def cmd_pretrain(overrides: list[str], force: bool) -> None:

@@ -22,13 +22,14 @@ USAGE = """\
 rlbench: a benchmark harness for RL with verifiable rewards.
 
   rlbench demo                                  the default job: warm start, 18 runs, leaderboard
-  rlbench list [algorithms|tasks|models|backends|verifiers]
+  rlbench list [algorithms|tasks|models|backends|verifiers|matrix]
   rlbench pretrain model=tiny task=countdown    warm-start (and cache) the tiny model
   rlbench train algorithm=grpo task=countdown model=tiny seed=0 [key=value ...]
   rlbench sweep algorithm=grpo,dr_grpo seed=0,1,2 [hydra/launcher=joblib ...]
   rlbench sweep sweep=countdown_baselines       a named sweep from conf/sweep/
   rlbench eval run_id=<id> | checkpoint=<dir> [key=value ...]
   rlbench board [--experiment NAME] [--out DIR]  leaderboards from MLflow runs
+  rlbench board --suite --experiment suite      ... and the suite's cross-task aggregate
   rlbench ui [--port 5000]                      the MLflow UI on 127.0.0.1 (runs view)
   rlbench train|sweep track=lantern ...         a track outside the LLM loop
 
@@ -38,7 +39,7 @@ reward: model=hf model.path=<dir>, task=custom (README, "Bring your own").
 Exit status: 0 ok, 1 failed run, 2 bad input, 128+N killed by signal N."""
 
 HYDRA_COMMANDS = ("train", "sweep", "eval")
-LIST_KINDS = ("algorithms", "tasks", "models", "backends", "verifiers")
+LIST_KINDS = ("algorithms", "tasks", "models", "backends", "verifiers", "matrix")
 
 
 @dataclass
@@ -94,6 +95,11 @@ def _board_arguments(p: argparse.ArgumentParser) -> None:
                    help="build from a checkout with uncommitted changes (the board says so)")
     p.add_argument("--no-export", dest="export", action="store_false",
                    help="do not write runs.jsonl.gz (the runs behind each board)")
+    p.add_argument("--suite", action="store_true",
+                   help="also the cross-task aggregate (IQM, mean, P(> grpo), performance "
+                        "profiles; rliable) in <out>/aggregate, beside the per-task boards")
+    p.add_argument("--suite-reps", type=int, default=2000,
+                   help="bootstrap resamples of the suite aggregate's intervals (default 2000)")
     p.add_argument("--track", default=None,
                    help="the leaderboard of a track outside the LLM loop (e.g. lantern)")
 
@@ -132,7 +138,8 @@ def _demo(args: argparse.Namespace, rest: list[str]) -> None:
 COMMANDS: list[Command] = [
     Command("demo", "warm start, sweep the baselines over seeds, build leaderboards",
             _demo_arguments, _demo),
-    Command("list", "registered algorithms, tasks, models, backends, verifiers",
+    Command("list", "registered algorithms, tasks, models, backends, verifiers; the "
+            "algorithm x task compatibility matrix",
             _list_arguments, _list),
     Command("pretrain", "warm-start and cache the tiny model", _pretrain_arguments, _pretrain),
     Command("board", "leaderboards from MLflow runs", _board_arguments, _board),

@@ -228,6 +228,8 @@ def build_leaderboards(
     variant: tuple[str, ...] = (),
     allow_dirty: bool = False,
     export: bool = True,
+    suite: bool = False,
+    suite_reps: int = 2000,
 ) -> list[Path]:
     """Query ``experiment`` at ``tracking_uri`` and write leaderboards under ``out_dir``.
 
@@ -237,7 +239,10 @@ def build_leaderboards(
     experiment, replacing the previous one; ``export`` writes each group's runs to
     ``runs.jsonl.gz``. Returns the written files, sorted. Raises :class:`BoardError` for an
     unknown experiment, one without FINISHED runs, a row that would mix configurations, a bad
-    config, or a checkout with uncommitted changes (unless ``allow_dirty``).
+    config, or a checkout with uncommitted changes (unless ``allow_dirty``). ``suite`` also
+    writes the cross-task aggregate (:mod:`harness.report.aggregate`) to ``<out_dir>/aggregate``,
+    refusing, before anything is written, cells with several runs; ``suite_reps`` bootstrap
+    resamples (rliable's loops are slow: 2000 take minutes on the full suite).
     """
     cfg = load_config(config, variant)
     default = baseline if baseline is not None else cfg.baseline
@@ -263,6 +268,14 @@ def build_leaderboards(
     args += ["--baseline", baseline] if baseline is not None else []
     args += ["--config", cfg.source] if config is not None else []
     args += [a for v in variant for a in ("--variant", v)]
+    args = ["--suite", *args] if suite else args
+    agg = None
+    if suite:  # computed (and refused) before any page is written
+        from harness.report.aggregate import aggregate, task_scores
+
+        agg = aggregate([task_scores("{}-{} / {}".format(*gk), g.rows, g.duplicates, cfg)
+                         for gk, g in sorted(groups.items())], reps=suite_reps,
+                        confidence=cfg.confidence)
     board_cmd = "rlbench board " + " ".join(map(shlex.quote, args))
     args += [] if log_to_mlflow else ["--no-mlflow"]
     command = "rlbench board " + " ".join(map(shlex.quote, ["--tracking-uri", shown_uri, *args]))
@@ -289,6 +302,12 @@ def build_leaderboards(
         if log_to_mlflow:
             _log(client, exp.experiment_id, group, (task, variant_, model), files, cfg, default,
                  {"experiment": experiment, "command": command, "commit": commit})
+    if agg is not None:
+        from harness.report.aggregate import OUT_NAME, write_aggregate
+
+        written += write_aggregate(agg, out, head, cfg.confidence, suite_reps)
+        index.insert(0, f"- [Suite aggregate across {len(agg.tasks)} tasks]({OUT_NAME}/"
+                        "aggregate.md): IQM, mean, P(> grpo), performance profiles (rliable)")
     n_fin = sum(g.n_used + sum(len(rs) - 1 for _, _, rs in g.duplicates)
                 for g in groups.values())
     readme = ["# rlbench leaderboards", "", *head,

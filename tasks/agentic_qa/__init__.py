@@ -22,9 +22,9 @@ from __future__ import annotations
 
 import random
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
-from harness import sandbox
+from harness import compat, sandbox
 from harness.registry import register_task
 from harness.task import EvalProtocol, VariantTask
 from harness.tools import ToolEnv
@@ -126,6 +126,8 @@ class FullConfig:
 @register_task("agentic_qa")
 class AgenticQATask(VariantTask):
     """Multi-turn, tool-using QA (search + python), EM/F1-graded."""
+
+    offers: ClassVar[frozenset[str]] = frozenset({compat.BINARY_CORRECT, compat.TOOLS})
 
     name = "agentic_qa"
 

@@ -26,7 +26,9 @@ import random
 import re
 import threading
 from dataclasses import dataclass, field
+from typing import ClassVar
 
+from harness.compat import BINARY_CORRECT
 from harness.registry import register_task
 from harness.task import EvalProtocol, VariantTask
 from harness.types import Example, Score
@@ -72,6 +74,8 @@ class FullConfig:
 @register_task("code")
 class CodeTask(VariantTask):
     """Program synthesis graded by sandboxed unit tests."""
+
+    offers: ClassVar[frozenset[str]] = frozenset({BINARY_CORRECT})  # harness.compat
 
     name = "code"
 

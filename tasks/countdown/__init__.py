@@ -24,8 +24,9 @@ import json
 import random
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
+from harness.compat import BINARY_CORRECT
 from harness.registry import register_task
 from harness.task import EvalProtocol, VariantTask
 from harness.types import Example, Score
@@ -110,6 +111,8 @@ _EVAL_SETS = {"tiny": ("heldout", "validation"), "full": ("countdown34", "countd
 @register_task("countdown")
 class CountdownTask(VariantTask):
     """Countdown (TinyZero problems, or the enumerated tiny testbed)."""
+
+    offers: ClassVar[frozenset[str]] = frozenset({BINARY_CORRECT})  # harness.compat
 
     name = "countdown"
 

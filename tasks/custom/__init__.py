@@ -39,8 +39,9 @@ from __future__ import annotations
 import logging
 import time
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
+from harness.compat import BINARY_CORRECT
 from harness.components import ConfigError
 from harness.registry import VERIFIERS, register_task
 from harness.task import EvalProtocol, EvalSet, Task
@@ -85,6 +86,8 @@ class EvalSetConfig:
 @register_task("custom")
 class CustomTask(Task):
     """Your data and reward: prompts from a file or datasets dir, a verifier or a function."""
+
+    offers: ClassVar[frozenset[str]] = frozenset({BINARY_CORRECT})  # harness.compat
 
     name = "custom"
 

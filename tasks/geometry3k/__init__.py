@@ -32,8 +32,9 @@ import io
 import random
 import re
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
+from harness.compat import BINARY_CORRECT, IMAGES
 from harness.mathgrade.extract import METHODS, check_methods, extract_answer
 from harness.mathgrade.grading import GraderConfig, MathGrader, answer_reward, grading_stats
 from harness.registry import register_task
@@ -157,6 +158,8 @@ class FullConfig:
 @register_task("geometry3k")
 class Geometry3kTask(VariantTask):
     """Geometry3K problems with a diagram image (or its logic forms as text)."""
+
+    offers: ClassVar[frozenset[str]] = frozenset({BINARY_CORRECT, IMAGES})  # harness.compat
 
     name = "geometry3k"
 

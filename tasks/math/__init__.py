@@ -28,8 +28,9 @@ from __future__ import annotations
 
 import random
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
+from harness.compat import BINARY_CORRECT
 from harness.mathgrade.extract import METHODS, check_methods, extract_answer
 from harness.mathgrade.grading import GraderConfig, MathGrader, answer_reward, grading_stats
 from harness.registry import register_task
@@ -95,6 +96,8 @@ class FullConfig:
 @register_task("math")
 class MathTask(VariantTask):
     """MATH-family problems with boxed answers, graded by math-verify in worker processes."""
+
+    offers: ClassVar[frozenset[str]] = frozenset({BINARY_CORRECT})  # harness.compat
 
     name = "math"
 

@@ -1,0 +1,102 @@
+"""Compatibility declared, not guessed (issue 21 item 1): tasks declare what they offer, algorithms
+and their parts what they need; `rlbench list matrix` prints the matrix, an incompatible pair exits
+2 naming the pair and the reason, a compatible pair is not refused."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import ClassVar
+
+import pytest
+from omegaconf import OmegaConf
+
+import algorithms  # noqa: F401  (registers the bundles and their parts)
+import tasks  # noqa: F401
+from harness import compat
+from harness.cli.hydra_app import preflight
+from harness.cli.main import main
+from harness.config import CONF_DIR
+from harness.registry import TASKS
+from harness.task import Task
+
+
+def _row(text: str, name: str) -> list[str]:
+    return next(line.split() for line in text.splitlines() if line.split()[:1] == [name])
+
+
+def test_list_matrix_prints_every_algorithm_and_task(capsys):
+    main(["list", "matrix"])
+    out = capsys.readouterr().out
+    header = out.splitlines()[1].split()
+    assert {"countdown", "agentic_qa", "geometry3k_tiny", "math_tiny", "code"} <= set(header)
+    arpo, grpo = _row(out, "arpo"), _row(out, "grpo")
+    assert arpo[1 + header.index("agentic_qa")] == "ok"
+    assert arpo[1 + header.index("countdown")] == "-"
+    assert set(grpo[1:]) == {"ok"}
+    assert "entropy_branching needs multi-turn tool calls (tools)" in out
+    algos = {p.stem for p in (CONF_DIR / "algorithm").glob("*.yaml")}
+    assert algos <= {line.split()[0] for line in out.splitlines()[2:] if line.strip()}
+
+
+def test_incompatible_pair_exits_2_naming_the_pair_and_the_reason(capsys):
+    with pytest.raises(SystemExit) as exc:
+        main(["train", "algorithm=arpo", "task=countdown", "model=tiny"])
+    assert exc.value.code == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1
+    assert "algorithm=arpo x task=countdown" in err
+    assert "tools" in err and "entropy_branching" in err
+
+
+def test_plain_sweep_over_an_incompatible_pair_is_refused_up_front(capsys):
+    with pytest.raises(SystemExit) as exc:
+        preflight(["algorithm=grpo,aepo", "task=countdown", "seed=0"], multirun=True)
+    assert exc.value.code == 2
+    err = capsys.readouterr().err
+    assert "cell 2/2" in err and "algorithm=aepo x task=countdown" in err
+
+
+def test_compatible_pairs_are_not_refused():
+    cells = preflight(["algorithm=arpo,grpo", "task=agentic_qa", "seed=0"], multirun=True)
+    assert len(cells) == 2
+    preflight(["algorithm=lope", "task=geometry3k_tiny", "model=tiny_vlm"], multirun=False)
+
+
+def test_overriding_a_part_changes_what_the_algorithm_needs():
+    """The declaration sits on the parts: GRPO with ARPO's branching rollout needs tools."""
+    grpo = OmegaConf.load(CONF_DIR / "algorithm" / "grpo.yaml")
+    assert compat.check(grpo, "countdown").ok
+    grpo.rollout = {"name": "entropy_branching"}
+    verdict = compat.check(grpo, "countdown")
+    assert not verdict.ok and "rollout entropy_branching" in verdict.reason
+
+
+@dataclass
+class _BareConfig:
+    variant: str = "tiny"
+
+
+class _Undeclared(Task):
+    """A third-party task that declares nothing."""
+
+    Config = _BareConfig
+
+
+class _Typo(Task):
+    Config = _BareConfig
+    offers: ClassVar[frozenset[str]] = frozenset({"tool"})
+
+
+def test_a_task_that_declares_nothing_offers_nothing(monkeypatch):
+    monkeypatch.setitem(TASKS._entries, "undeclared_test", _Undeclared)
+    lope = OmegaConf.load(CONF_DIR / "algorithm" / "lope.yaml")
+    verdict = compat.check(lope, "undeclared_test")
+    assert not verdict.ok and "binary correct/wrong verdict" in verdict.reason
+    assert compat.check(OmegaConf.load(CONF_DIR / "algorithm" / "grpo.yaml"),
+                        "undeclared_test").ok
+
+
+def test_an_unknown_capability_is_an_error_not_a_silent_pass(monkeypatch):
+    monkeypatch.setitem(TASKS._entries, "typo_test", _Typo)
+    with pytest.raises(ValueError, match="unknown capabilities"):
+        compat.check(OmegaConf.load(CONF_DIR / "algorithm" / "grpo.yaml"), "typo_test")
