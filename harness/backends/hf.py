@@ -220,7 +220,7 @@ class HFEngine:
         T = params.max_new_tokens
         decoder = self._decoder if mm is None else None
         if decoder is not None:  # preallocated cache (kv_decode.py): no growth by torch.cat
-            kv = decoder.new_cache(U, P + (T if params.n == 1 else 0))
+            kv = decoder.new_cache(U, P + (T if params.n == 1 else 0), max_position=P + T)
             last = decoder.step(kv, ids, pos, attn)
             if params.n > 1:
                 kv = kv.repeat_interleave(params.n, extra=T)
