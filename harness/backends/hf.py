@@ -280,18 +280,22 @@ class HFEngine:
                                  position_ids=next_pos, past_key_values=cache, use_cache=True)
                 cache, last = out.past_key_values, out.logits[:, -1, :]
             next_pos = next_pos + 1
-        tokens, logps, ents = tokens.cpu(), logps.cpu(), ents.cpu()
         lengths, done = lengths.clamp(max=steps).cpu(), done.cpu()
+        # one pass per tensor, not per row: each row's values are a slice of one packed tensor
+        keep = torch.arange(T)[None, :] < lengths[:, None]
+        sizes = lengths.tolist()
+        row_lp = logps.cpu()[keep].split(sizes)
+        row_ent = ents.cpu()[keep].split(sizes) if params.entropy else [None] * N
+        token_rows, finished = tokens.cpu().tolist(), done.tolist()
         trajs = []
         for i in range(N):
-            n = int(lengths[i])
             trajs.append(
                 Trajectory(
                     prompt_ids=prompts[i],
-                    response_ids=tokens[i, :n].tolist(),
-                    logprobs=logps[i, :n].clone(),
-                    entropy=ents[i, :n].clone() if params.entropy else None,
-                    finish_reason="stop" if bool(done[i]) else "length",
+                    response_ids=token_rows[i][: sizes[i]],
+                    logprobs=row_lp[i],
+                    entropy=row_ent[i],
+                    finish_reason="stop" if finished[i] else "length",
                     stop_string=matched[i] if stops else None,
                     mm_inputs=row_mm[i // params.n],
                 )
