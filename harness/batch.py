@@ -234,6 +234,16 @@ class RolloutBatch:
         for start in range(0, n, size):
             yield self.select(range(start, min(start + size, n)))
 
+    def bucketed_split(self, size: int) -> list[RolloutBatch]:
+        """Chunks of ``size`` rows of similar length: rows ordered by sequence length (stable),
+        split, each chunk trimmed to its own longest row. With a mini-batch aggregator the summed
+        loss and gradient are those of :meth:`split` (only padding is left out); ``size`` <= 0
+        or >= the batch is one chunk, unchanged."""
+        if size <= 0 or size >= len(self):
+            return list(self.split(size))
+        order = torch.argsort(self.tensors["attention_mask"].sum(-1), stable=True)
+        return [chunk.trim_padding() for chunk in self.select(order).split(size)]
+
     def trim_padding(self) -> RolloutBatch:
         """Drop columns that are padding in every row (left of the prompts, right of the
         responses), so a selection of short samples does not pay for the batch's longest."""

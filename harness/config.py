@@ -155,6 +155,7 @@ class TrainerConfig:
     shuffle: bool = False  # shuffle samples before splitting into mini-batches
     old_logprobs: str = "recompute"  # recompute (verl) | rollout (trust the sampler's)
     skip_zero_gradient: bool = True  # leave out samples whose loss gradient is exactly zero
+    length_bucketing: bool = False  # micro-batches of rows of similar length, each trimmed
     max_wall_s: float | None = None  # stop (cleanly, with a checkpoint) after this many seconds
     status_every: int = 1  # one status line every N steps (0 = off)
     rollout_correction: RolloutCorrectionConfig = field(default_factory=RolloutCorrectionConfig)
