@@ -118,3 +118,15 @@ def test_static_cache_is_the_default(tiny_model_path):
     eng = engine(tiny_model_path, BackendConfig().kv_cache)
     params = dataclasses.replace(SamplingParams(n=2, max_new_tokens=4))
     assert len(eng.generate([[5, 6, 7]], params)) == 2
+
+
+def test_cache_and_bucketing_choices_keep_the_config_hash():
+    """They change float summation order only, like backend.threads: a finished cell is not
+    rerun and a board row keeps its runs when they are switched."""
+    from harness.cells import config_hash
+    from harness.cli import compose_config
+
+    base = config_hash(compose_config([]))
+    assert config_hash(compose_config(["backend.kv_cache=dynamic"])) == base
+    assert config_hash(compose_config(["trainer.length_bucketing=true"])) == base
+    assert config_hash(compose_config(["trainer.micro_batch_size=8"])) != base
