@@ -317,9 +317,12 @@ class HFEngine:
         self.masters: list[torch.Tensor] | None = None
         if any(p.dtype != torch.float32 for p in self.model.parameters()):
             self.masters = [p.detach().float().clone() for p in self.model.parameters()]
+        # fused: one kernel per step instead of ~10 ops per parameter tensor (on the tiny CPU
+        # model the per-tensor loop was ~90x slower; the weights agree within 1e-8)
+        fused = self.device.type in ("cpu", "cuda")
         self.optimizer = torch.optim.AdamW(
             self.masters or self.model.parameters(), lr=cfg.lr, betas=tuple(cfg.betas),
-            eps=cfg.eps, weight_decay=cfg.weight_decay,
+            eps=cfg.eps, weight_decay=cfg.weight_decay, fused=fused or None,
         )
         warmup, schedule = cfg.warmup_steps, cfg.schedule
 
