@@ -208,10 +208,11 @@ def multi_turn(args: argparse.Namespace) -> None:
     from harness.trainer import Trainer
 
     with tempfile.TemporaryDirectory() as out:
+        recipe = ([f"model.pretrain.steps={args.agentic_pretrain_steps}",
+                   "model.pretrain.batch_size=64"] if args.agentic_pretrain_steps > 0 else [])
         cfg = compose_config(["algorithm=grpo", "task=agentic_qa", "model=tiny",
                               "tracking.enabled=false", f"backend.threads={args.threads}",
-                              f"model.pretrain.steps={args.agentic_pretrain_steps}",
-                              "model.pretrain.batch_size=64", f"trainer.output_dir={out}"])
+                              *recipe, f"trainer.output_dir={out}"])
         trainer = Trainer(cfg)
         trainer.setup()
         engine = trainer.engine
@@ -235,7 +236,8 @@ def multi_turn(args: argparse.Namespace) -> None:
                 wall, n = run(kind, examples, seed)
                 rates[kind].append(n / wall)
         d, s = statistics.median(rates["dynamic"]), statistics.median(rates["static"])
-        print(f"\nmulti-turn rollout, agentic_qa, warm start {args.agentic_pretrain_steps} steps, "
+        print(f"\nmulti-turn rollout, agentic_qa, warm start {cfg.model.pretrain.steps} x "
+              f"{cfg.model.pretrain.batch_size}, "
               f"{cfg.data.prompts_per_step} prompts x {cfg.rollout.n}, median of "
               f"{args.multiturn_steps} (load {os.getloadavg()[0]:.2f})")
         print(f"  kv_cache=dynamic (old)  {d:8.2f} trajectories/s")
@@ -253,7 +255,9 @@ def main() -> None:
     p.add_argument("--skip-multiturn", action="store_true")
     p.add_argument("--skip-single", action="store_true")
     p.add_argument("--multiturn-steps", type=int, default=3)
-    p.add_argument("--agentic-pretrain-steps", type=int, default=500)
+    p.add_argument("--agentic-pretrain-steps", type=int, default=500,
+                   help="warm start steps at batch 64 (docs/tasks/agentic_qa.md); 0 = the "
+                   "default tiny recipe")
     args = p.parse_args()
     torch.set_num_threads(args.threads)
     if not args.skip_single:
