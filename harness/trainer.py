@@ -348,7 +348,7 @@ class Trainer:
         """``trainer.length_bucketing``: rows of similar length together (RolloutBatch.
         bucketed_split), unless the loss couples a micro-batch's rows (AEPO's z-score)."""
         size = self.cfg.trainer.micro_batch_size
-        if self.cfg.trainer.length_bucketing and not getattr(
+        if self.cfg.trainer.get("length_bucketing", False) and not getattr(
                 self.algorithm.policy_loss, "micro_batch_coupled", False):
             return mb.bucketed_split(size)
         return list(mb.split(size))
