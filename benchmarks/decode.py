@@ -212,7 +212,9 @@ def multi_turn(args: argparse.Namespace) -> None:
                    "model.pretrain.batch_size=64"] if args.agentic_pretrain_steps > 0 else [])
         cfg = compose_config(["algorithm=grpo", "task=agentic_qa", "model=tiny",
                               "tracking.enabled=false", f"backend.threads={args.threads}",
-                              *recipe, f"trainer.output_dir={out}"])
+                              *recipe, f"trainer.output_dir={out}",
+                              *([f"data.prompts_per_step={args.multiturn_prompts}"]
+                                if args.multiturn_prompts > 0 else [])])
         trainer = Trainer(cfg)
         trainer.setup()
         engine = trainer.engine
@@ -255,6 +257,8 @@ def main() -> None:
     p.add_argument("--skip-multiturn", action="store_true")
     p.add_argument("--skip-single", action="store_true")
     p.add_argument("--multiturn-steps", type=int, default=3)
+    p.add_argument("--multiturn-prompts", type=int, default=0,
+                   help="prompts per multi-turn rollout (0 = the task's data.prompts_per_step)")
     p.add_argument("--agentic-pretrain-steps", type=int, default=500,
                    help="warm start steps at batch 64 (docs/tasks/agentic_qa.md); 0 = the "
                    "default tiny recipe")
