@@ -75,6 +75,11 @@ class AEPOLoss(PPOClipLoss):
         # entropy z-score, so dropping it would change the other rows' advantages
         return not self.entropy_advantage
 
+    @property
+    def micro_batch_coupled(self) -> bool:
+        """The entropy z-score is over a micro-batch's rows: regrouping rows would change it."""
+        return self.entropy_advantage
+
     entropy_balanced_clipping: bool = True
     entropy_advantage: bool = True
     entropy_advantage_coef: float = 0.2

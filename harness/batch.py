@@ -234,6 +234,19 @@ class RolloutBatch:
         for start in range(0, n, size):
             yield self.select(range(start, min(start + size, n)))
 
+    def bucketed_split(self, size: int) -> list[RolloutBatch]:
+        """Chunks of ``size`` rows of similar length: rows ordered by response length, then
+        prompt length (stable), split, each chunk trimmed to its own longest prompt and response
+        (its width is their sum; response lengths vary most within a batch). With a mini-batch
+        aggregator the summed loss and gradient are those of :meth:`split` (only padding is left
+        out); ``size`` <= 0 or >= the batch is one chunk, unchanged."""
+        if size <= 0 or size >= len(self):
+            return list(self.split(size))
+        attn, P = self.tensors["attention_mask"], self.prompt_length
+        key = attn[:, P:].sum(-1) * (P + 1) + attn[:, :P].sum(-1)
+        order = torch.argsort(key, stable=True)
+        return [chunk.trim_padding() for chunk in self.select(order).split(size)]
+
     def trim_padding(self) -> RolloutBatch:
         """Drop columns that are padding in every row (left of the prompts, right of the
         responses), so a selection of short samples does not pay for the batch's longest."""

@@ -37,7 +37,9 @@ NON_SEMANTIC_KEYS = (
     "trainer.resume",
     "trainer.skip_finished",
     "trainer.status_every",
-    "backend.threads",
+    "backend.threads",  # these change float summation order only
+    "backend.kv_cache",
+    "trainer.length_bucketing",
     "model.cache_dir",
 )
 RESUME_AUTO, RESUME_REQUIRED, RESUME_OFF = "auto", "true", "false"

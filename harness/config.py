@@ -110,6 +110,7 @@ class BackendConfig:
     dtype: str = "float32"  # float32 | bfloat16 | float16
     threads: int = 0  # torch CPU threads; 0 = leave torch's default
     gen_batch_size: int = 1024  # most sequences generated in one batch
+    kv_cache: str = "static"  # hf rollout: static (preallocated) | dynamic (transformers' cache)
     vllm: VLLMBackendConfig = field(default_factory=VLLMBackendConfig)
     megatron: MegatronBackendConfig = field(default_factory=MegatronBackendConfig)
 
@@ -154,6 +155,7 @@ class TrainerConfig:
     shuffle: bool = False  # shuffle samples before splitting into mini-batches
     old_logprobs: str = "recompute"  # recompute (verl) | rollout (trust the sampler's)
     skip_zero_gradient: bool = True  # leave out samples whose loss gradient is exactly zero
+    length_bucketing: bool = False  # micro-batches of rows of similar length, each trimmed
     max_wall_s: float | None = None  # stop (cleanly, with a checkpoint) after this many seconds
     status_every: int = 1  # one status line every N steps (0 = off)
     rollout_correction: RolloutCorrectionConfig = field(default_factory=RolloutCorrectionConfig)
@@ -238,6 +240,7 @@ _CHOICES = {
     "trainer.old_logprobs": ("recompute", "rollout"),
     "trainer.optim.schedule": ("constant", "cosine", "linear"),
     "backend.dtype": ("float32", "bfloat16", "float16"),
+    "backend.kv_cache": ("static", "dynamic"),
     "model.arch.architecture": ("qwen2", "llama"),
     "trainer.rollout_correction.mode": ("none", "token_truncate", "token_mask",
                                         "sequence_truncate", "sequence_mask"),

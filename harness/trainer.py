@@ -323,7 +323,7 @@ class Trainer:
                     sums["actor/trained_frac"] += float(rows.float().mean())
                     mb = mb.select(rows.nonzero().squeeze(-1)).trim_padding()
                     agg.metric_tokens = float(mb["response_mask"].sum())
-                for micro in mb.split(cfg.micro_batch_size):
+                for micro in self._micro_batches(mb):
                     logp, entropy = self.engine.forward(micro, self.cfg.rollout.temperature,
                                                         entropy_grad=entropy_grad)
                     loss, m = self.algorithm.loss(micro.to(logp.device), logp, entropy, agg)
@@ -338,6 +338,15 @@ class Trainer:
         out = {k: v / max(optimizer_steps, 1) for k, v in sums.items()}
         out["actor/tokens_trained"] = sums["actor/tokens_trained"]  # a count, not a mean
         return out
+
+    def _micro_batches(self, mb: RolloutBatch) -> list[RolloutBatch]:
+        """``trainer.length_bucketing``: rows of similar length together (RolloutBatch.
+        bucketed_split), unless the loss couples a micro-batch's rows (AEPO's z-score)."""
+        size = self.cfg.trainer.micro_batch_size
+        if self.cfg.trainer.get("length_bucketing", False) and not getattr(
+                self.algorithm.policy_loss, "micro_batch_coupled", False):
+            return mb.bucketed_split(size)
+        return list(mb.split(size))
 
     def _current_logprobs(self, old_is_current: bool, mb: RolloutBatch) -> torch.Tensor:
         """No-grad log pi_theta of ``mb`` for a mini-batch preparation pass. Before the first

@@ -116,3 +116,27 @@ def test_generation_batches_smaller_than_a_group_still_sample_every_row(tiny_mod
     trajs = eng.generate(prompts, SamplingParams(n=4, max_new_tokens=6))
     assert len(trajs) == 8 and [t.group_id for t in trajs] == [0] * 4 + [1] * 4
     assert eng.model.config._attn_implementation == "eager"
+
+
+def test_fused_adamw_steps_like_the_per_tensor_adamw(tiny_model_path):
+    """The engine's AdamW is the fused kernel; three steps from the same gradients land where
+    torch's per-tensor AdamW does."""
+    import copy
+
+    eng = engine(tiny_model_path)
+    assert eng.optimizer.param_groups[0]["fused"]
+    plain = copy.deepcopy(eng.model)
+    cfg = OptimConfig()
+    opt = torch.optim.AdamW(plain.parameters(), lr=cfg.lr, betas=tuple(cfg.betas), eps=cfg.eps,
+                            weight_decay=cfg.weight_decay, foreach=False)
+    gen = torch.Generator().manual_seed(0)
+    for _ in range(3):
+        grads = [torch.randn(p.shape, generator=gen) * 1e-2 for p in plain.parameters()]
+        for p, q, g in zip(eng.model.parameters(), plain.parameters(), grads, strict=True):
+            p.grad, q.grad = g.clone(), g.clone()
+        eng.optimizer_step()
+        torch.nn.utils.clip_grad_norm_(list(plain.parameters()), cfg.grad_clip)
+        opt.step()
+        opt.zero_grad()
+    for p, q in zip(eng.model.parameters(), plain.parameters(), strict=True):
+        torch.testing.assert_close(p.detach(), q.detach(), atol=1e-6, rtol=1e-5)

@@ -26,6 +26,8 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
+from harness.backends.kv_decode import CachedDecoder
+from harness.backends.kv_decode import supports as kv_supports
 from harness.batch import RolloutBatch
 from harness.models.multimodal import (
     collate_mm,
@@ -113,6 +115,9 @@ class HFEngine:
 
             self.processor = AutoProcessor.from_pretrained(model_path)
         self.gen_batch_size = backend_cfg.gen_batch_size
+        # rollout KV cache: "static" = preallocated (kv_decode.py) where the model is covered,
+        # "dynamic" = transformers' DynamicCache through the model's own forward
+        self.kv_cache = getattr(backend_cfg, "kv_cache", "static")
         self.pad_token_id = (
             self.tokenizer.pad_token_id
             if self.tokenizer.pad_token_id is not None
@@ -131,6 +136,15 @@ class HFEngine:
         self.scheduler = None
         if optim_cfg is not None:
             self._build_optimizer(optim_cfg, total_steps)
+
+    @property
+    def _decoder(self) -> CachedDecoder | None:
+        """The preallocated-cache decoder, when ``kv_cache`` is static and the model is covered."""
+        if self.kv_cache != "static" or not kv_supports(self.model):
+            return None
+        if getattr(self, "_cached_decoder", None) is None:
+            self._cached_decoder = CachedDecoder(self.model)
+        return self._cached_decoder
 
     # -- rollout --------------------------------------------------------------------------------
     def decode(self, ids: list[int]) -> str:
@@ -203,15 +217,24 @@ class HFEngine:
             pos = pos if mpos is None else mpos  # [3, U, P] multimodal RoPE (Qwen2.5-VL)
         # The n samples of a prompt share its prefill: run it once per prompt, then repeat the KV
         # cache n times (prefill is a third of the rollout on the tiny model otherwise).
-        out = self.model(input_ids=ids, attention_mask=attn, position_ids=pos, use_cache=True,
-                         logits_to_keep=1, **(mm or {}))
-        cache = out.past_key_values
+        T = params.max_new_tokens
+        decoder = self._decoder if mm is None else None
+        if decoder is not None:  # preallocated cache (kv_decode.py): no growth by torch.cat
+            kv = decoder.new_cache(U, P + (T if params.n == 1 else 0), max_position=P + T)
+            last = decoder.step(kv, ids, pos, attn)
+            if params.n > 1:
+                kv = kv.repeat_interleave(params.n, extra=T)
+        else:
+            out = self.model(input_ids=ids, attention_mask=attn, position_ids=pos,
+                             use_cache=True, logits_to_keep=1, **(mm or {}))
+            cache, last = out.past_key_values, out.logits[:, -1, :]
+            if params.n > 1:
+                cache.batch_repeat_interleave(params.n)
         if params.n > 1:
-            cache.batch_repeat_interleave(params.n)
             attn, pos = attn.repeat_interleave(params.n, 0), pos.repeat_interleave(params.n, -2)
-            out.logits = out.logits.repeat_interleave(params.n, 0)
+            last = last.repeat_interleave(params.n, 0)
         prompts = [p for p in unique_prompts for _ in range(params.n)]
-        N, T = len(prompts), params.max_new_tokens
+        N = len(prompts)
         tokens = torch.full((N, T), self.pad_token_id, dtype=torch.long, device=self.device)
         logps = torch.zeros((N, T), device=self.device)
         ents = torch.zeros((N, T), device=self.device)
@@ -225,7 +248,7 @@ class HFEngine:
         tails = [""] * N  # the last ``keep`` characters of each response, for stop strings
         matched: list[str | None] = [None] * N
         for t in range(T):
-            logits = out.logits[:, -1, :].float() / params.temperature
+            logits = last.float() / params.temperature
             logp_all = F.log_softmax(logits, dim=-1)
             sample_logits = filter_logits(logits, params.top_p, params.top_k)
             probs = sample_logits.softmax(-1) if sample_logits is not logits else logp_all.exp()
@@ -249,22 +272,30 @@ class HFEngine:
             steps = t + 1
             if bool(done.all()) or t == T - 1:
                 break
-            attn = torch.cat([attn, attn.new_ones((N, 1))], dim=1)
-            out = self.model(input_ids=nxt[:, None], attention_mask=attn, position_ids=next_pos,
-                             past_key_values=cache, use_cache=True)
-            cache, next_pos = out.past_key_values, next_pos + 1
-        tokens, logps, ents = tokens.cpu(), logps.cpu(), ents.cpu()
+            if decoder is not None:
+                last = decoder.step(kv, nxt[:, None], next_pos)
+            else:
+                attn = torch.cat([attn, attn.new_ones((N, 1))], dim=1)
+                out = self.model(input_ids=nxt[:, None], attention_mask=attn,
+                                 position_ids=next_pos, past_key_values=cache, use_cache=True)
+                cache, last = out.past_key_values, out.logits[:, -1, :]
+            next_pos = next_pos + 1
         lengths, done = lengths.clamp(max=steps).cpu(), done.cpu()
+        # one pass per tensor, not per row: each row's values are a slice of one packed tensor
+        keep = torch.arange(T)[None, :] < lengths[:, None]
+        sizes = lengths.tolist()
+        row_lp = logps.cpu()[keep].split(sizes)
+        row_ent = ents.cpu()[keep].split(sizes) if params.entropy else [None] * N
+        token_rows, finished = tokens.cpu().tolist(), done.tolist()
         trajs = []
         for i in range(N):
-            n = int(lengths[i])
             trajs.append(
                 Trajectory(
                     prompt_ids=prompts[i],
-                    response_ids=tokens[i, :n].tolist(),
-                    logprobs=logps[i, :n].clone(),
-                    entropy=ents[i, :n].clone() if params.entropy else None,
-                    finish_reason="stop" if bool(done[i]) else "length",
+                    response_ids=token_rows[i][: sizes[i]],
+                    logprobs=row_lp[i],
+                    entropy=row_ent[i],
+                    finish_reason="stop" if finished[i] else "length",
                     stop_string=matched[i] if stops else None,
                     mm_inputs=row_mm[i // params.n],
                 )
@@ -286,9 +317,12 @@ class HFEngine:
         self.masters: list[torch.Tensor] | None = None
         if any(p.dtype != torch.float32 for p in self.model.parameters()):
             self.masters = [p.detach().float().clone() for p in self.model.parameters()]
+        # fused: one kernel per step instead of ~10 ops per parameter tensor (on the tiny CPU
+        # model the per-tensor loop was ~90x slower; the weights agree within 1e-8)
+        fused = self.device.type in ("cpu", "cuda")
         self.optimizer = torch.optim.AdamW(
             self.masters or self.model.parameters(), lr=cfg.lr, betas=tuple(cfg.betas),
-            eps=cfg.eps, weight_decay=cfg.weight_decay,
+            eps=cfg.eps, weight_decay=cfg.weight_decay, fused=fused or None,
         )
         warmup, schedule = cfg.warmup_steps, cfg.schedule
 

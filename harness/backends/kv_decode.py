@@ -1,0 +1,168 @@
+"""A preallocated KV cache and the incremental forward that writes into it (HF engine rollout).
+
+transformers' ``DynamicCache`` grows each layer's keys and values by ``torch.cat`` at every
+decoded token, copying the whole cache (O(L^2) bytes over a response); on the tiny CPU model
+that copying and the per-call mask construction dominate a decode step. :class:`KVCache` holds
+``[B, H_kv, S_max, D]`` key and value buffers per layer, allocated once for prompt + response,
+and a step writes one column. :class:`CachedDecoder` runs the model's own modules (embedding,
+norms, rotary embedding, LM head; the q/k/v and gate/up projection weights concatenated once
+per batch, so each is one matmul) around ``scaled_dot_product_attention`` over the filled part of
+the buffers with an additive mask of the dtype's minimum (transformers' convention; one fused
+op, where eager attention's batched matmuls over [B*H, 1, D] are ~8x slower on a CPU). The
+rotary cos/sin and the key mask are tables built once per batch and indexed per step. The
+sampled ids, log-probs and entropies match the ``DynamicCache`` path within 1e-5
+(``tests/test_kv_decode.py``).
+
+Covered: decoder-only Qwen2 / Llama / Qwen3 (q/k norms) text models with full attention and a
+rotary embedding that does not depend on the sequence length. Anything else (VLMs, sliding
+windows, dynamic RoPE) keeps the ``DynamicCache`` path (:func:`supports`).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+
+_TYPES = ("qwen2", "llama", "qwen3")
+
+
+def supports(model: Any) -> bool:
+    """Whether :class:`CachedDecoder` reproduces ``model``'s forward."""
+    cfg = model.config
+    if getattr(cfg, "model_type", None) not in _TYPES:
+        return False
+    if any(t != "full_attention" for t in (getattr(cfg, "layer_types", None) or [])):
+        return False
+    rope = getattr(cfg, "rope_parameters", None) or getattr(cfg, "rope_scaling", None) or {}
+    if rope.get("rope_type", rope.get("type", "default")) in ("dynamic", "longrope"):
+        return False
+    inner = getattr(model, "model", None)
+    return inner is not None and hasattr(inner, "layers") and hasattr(inner, "rotary_emb")
+
+
+class KVCache:
+    """Per-layer key/value buffers [B, H_kv, S_max, D], the additive key mask [B, 1, 1, S_max]
+    (0 for a real token, the dtype's minimum for padding) and the per-batch tables."""
+
+    def __init__(self, layers: int, batch: int, kv_heads: int, max_len: int, head_dim: int,
+                 dtype: torch.dtype, device: torch.device) -> None:
+        shape = (batch, kv_heads, max_len, head_dim)
+        self.keys = [torch.empty(shape, dtype=dtype, device=device) for _ in range(layers)]
+        self.values = [torch.empty(shape, dtype=dtype, device=device) for _ in range(layers)]
+        self.bias = torch.zeros((batch, 1, 1, max_len), dtype=dtype, device=device)
+        self.length = 0  # columns filled
+        self.max_len = max_len
+        self.cos = self.sin = torch.empty(0)  # [positions, D], set by CachedDecoder.new_cache
+        self.weights: list[tuple[torch.Tensor, torch.Tensor | None, torch.Tensor]] = []
+
+    def repeat_interleave(self, n: int, extra: int = 0) -> KVCache:
+        """Each row ``n`` times (a prompt's samples share its prefill), with ``extra`` more free
+        columns; one copy of the filled part."""
+        filled = self.length
+        out = KVCache.__new__(KVCache)
+        out.max_len = self.max_len + extra
+        B, H, _, D = self.keys[0].shape
+        out.keys, out.values = [], []
+        for k, v in zip(self.keys, self.values):
+            for src, dst in ((k, out.keys), (v, out.values)):
+                buf = src.new_empty((B * n, H, out.max_len, D))
+                buf[:, :, :filled] = src[:, :, :filled].repeat_interleave(n, 0)
+                dst.append(buf)
+        out.bias = self.bias.new_zeros((B * n, 1, 1, out.max_len))
+        out.bias[..., :filled] = self.bias[..., :filled].repeat_interleave(n, 0)
+        out.length = filled
+        out.cos, out.sin, out.weights = self.cos, self.sin, self.weights
+        return out
+
+
+class CachedDecoder:
+    """The model's forward over a :class:`KVCache`: ``step(cache, ids, pos, valid)`` appends
+    ``ids.shape[1]`` columns and returns the last position's logits [B, V]."""
+
+    def __init__(self, model: Any) -> None:
+        self.model = model
+        self.inner = model.model
+        cfg = model.config
+        self.heads = cfg.num_attention_heads
+        self.kv_heads = getattr(cfg, "num_key_value_heads", None) or self.heads
+        self.head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // self.heads
+        self.groups = self.heads // self.kv_heads
+
+    @torch.no_grad()
+    def new_cache(self, batch: int, max_len: int, max_position: int | None = None) -> KVCache:
+        """An empty cache of ``max_len`` columns; rotary tables up to ``max_position`` (default
+        ``max_len``); the fused projection weights of the model as it is now."""
+        p = next(self.model.parameters())
+        cache = KVCache(len(self.inner.layers), batch, self.kv_heads, max_len, self.head_dim,
+                        p.dtype, p.device)
+        positions = torch.arange(max(max_len, max_position or 0), device=p.device)[None]
+        cos, sin = self.inner.rotary_emb(p.new_zeros(1), positions)
+        cache.cos, cache.sin = cos[0], sin[0]
+        for layer in self.inner.layers:
+            a, m = layer.self_attn, layer.mlp
+            qkv = torch.cat([a.q_proj.weight, a.k_proj.weight, a.v_proj.weight])
+            biases = [a.q_proj.bias, a.k_proj.bias, a.v_proj.bias]
+            qkv_b = None if biases[0] is None else torch.cat(biases)
+            cache.weights.append((qkv, qkv_b, torch.cat([m.gate_proj.weight, m.up_proj.weight])))
+        return cache
+
+    def step(self, cache: KVCache, ids: torch.Tensor, pos: torch.Tensor,
+             valid: torch.Tensor | None = None) -> torch.Tensor:
+        """Feed ``ids`` [B, t] at rotary positions ``pos`` [B, t]; ``valid`` [B, t] marks the real
+        (non-padding) tokens (default: all). Returns the logits of the last column."""
+        t = ids.shape[1]
+        start, end = cache.length, cache.length + t
+        if end > cache.max_len:
+            raise ValueError(f"KV cache of {cache.max_len} columns cannot take {end}")
+        if valid is None:
+            cache.bias[..., start:end] = 0.0
+        else:
+            cache.bias[:, 0, 0, start:end] = torch.where(
+                valid.bool(), 0.0, torch.finfo(cache.bias.dtype).min)
+        x = self.inner.embed_tokens(ids)
+        cos, sin = cache.cos[pos][:, None], cache.sin[pos][:, None]  # [B, 1, t, D]
+        mask = cache.bias[..., :end]
+        if t > 1:  # causal within the new columns
+            causal = torch.ones((t, end), dtype=torch.bool, device=ids.device).tril(start)
+            mask = mask.masked_fill(~causal, torch.finfo(mask.dtype).min)
+        for i, layer in enumerate(self.inner.layers):
+            qkv, qkv_b, gate_up = cache.weights[i]
+            h = layer.input_layernorm(x)
+            x = x + self._attention(layer.self_attn, F.linear(h, qkv, qkv_b), cos, sin, mask,
+                                    cache, i, start, end)
+            h = layer.post_attention_layernorm(x)
+            gate, up = F.linear(h, gate_up).chunk(2, dim=-1)
+            x = x + layer.mlp.down_proj(layer.mlp.act_fn(gate) * up)
+        x = self.inner.norm(x[:, -1])
+        cache.length = end
+        return self.model.lm_head(x)
+
+    def _attention(self, attn: Any, qkv: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
+                   mask: torch.Tensor, cache: KVCache, layer: int, start: int, end: int
+                   ) -> torch.Tensor:
+        B, t, _ = qkv.shape
+        qkv = qkv.view(B, t, -1, self.head_dim)
+        H, Hkv = self.heads, self.kv_heads
+        qk, v = qkv[:, :, : H + Hkv], qkv[:, :, H + Hkv :].transpose(1, 2)
+        if hasattr(attn, "q_norm"):  # Qwen3: per-head norms before the rotary embedding
+            qk = torch.cat([attn.q_norm(qk[:, :, :H]), attn.k_norm(qk[:, :, H:])], dim=2)
+        qk = qk.transpose(1, 2)
+        qk = qk * cos + _rotate_half(qk) * sin  # q and k rotated together
+        q, k = qk[:, :H], qk[:, H:]
+        cache.keys[layer][:, :, start:end] = k
+        cache.values[layer][:, :, start:end] = v
+        keys = cache.keys[layer][:, :, :end]
+        values = cache.values[layer][:, :, :end]
+        if self.groups > 1:
+            keys = keys.repeat_interleave(self.groups, 1)
+            values = values.repeat_interleave(self.groups, 1)
+        out = F.scaled_dot_product_attention(q, keys, values, attn_mask=mask,
+                                             scale=attn.scaling)
+        return attn.o_proj(out.transpose(1, 2).reshape(B, t, -1))
+
+
+def _rotate_half(x: torch.Tensor) -> torch.Tensor:
+    half = x.shape[-1] // 2
+    return torch.cat((-x[..., half:], x[..., :half]), dim=-1)
