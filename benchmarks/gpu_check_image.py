@@ -32,6 +32,8 @@ typer typing-extensions typing-inspect urllib3 uvloop wadler-lindig werkzeug whe
 xxhash yarl zipp"""
 IMAGE = set(_IMAGE_NAMES.split())
 CARRIED = {"megatron-core", "omegaconf", "hydra-core", "antlr4-python3-runtime"}
+# launcher plugins Hydra imports while scanning, whichever are installed (the dev extra has all three)
+HYDRA_PLUGINS = {"hydra-joblib-launcher", "hydra-submitit-launcher", "hydra-ray-launcher"}
 
 
 def norm_name(name: str) -> str:
@@ -74,7 +76,7 @@ def not_on_image(loaded: list[str]) -> list[str]:
             return set()
 
     present = set(loaded)
-    ok = present & (IMAGE | CARRIED | {"hydra-joblib-launcher", "hydra-submitit-launcher"})
+    ok = present & (IMAGE | CARRIED | HYDRA_PLUGINS)
     frontier = set(ok)
     while frontier:
         frontier = {d for owner in frontier for d in requires(owner) & present} - ok

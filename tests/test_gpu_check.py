@@ -87,7 +87,7 @@ def test_nothing_the_check_imports_is_missing_from_the_gpu_image(smoke) -> None:
 def test_missing_distributions_are_those_neither_on_the_image_carried_nor_required() -> None:
     assert gpu_check.not_on_image(["torch", "mlflow"]) == ["mlflow"]
     assert gpu_check.not_on_image(["hydra-core", "omegaconf", "antlr4-python3-runtime",
-                                   "hydra-joblib-launcher"]) == []
+                                   "hydra-joblib-launcher", "hydra-ray-launcher"]) == []
 
 
 def test_matmul_parameters_count_the_output_layer_tied_or_not(tmp_path) -> None:
