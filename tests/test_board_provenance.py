@@ -27,7 +27,7 @@ build_leaderboards = functools.partial(_build, allow_dirty=True, log_to_mlflow=F
 # Committed boards made before issue 20, to be regenerated from their named sweeps (then each
 # README carries its "Reproduce" line and the board leaves this list).
 LEGACY = {"code-tiny", "geometry3k-tiny", "lantern", "math-tiny", "testbed", "testbed-agentic",
-          "testbed-minibatch", "testbed-rollout", "."}
+          "testbed-rollout", "."}
 
 
 def _store(tmp_path, sweep_tags, extra=()):
