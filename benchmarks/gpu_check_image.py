@@ -32,7 +32,7 @@ typer typing-extensions typing-inspect urllib3 uvloop wadler-lindig werkzeug whe
 xxhash yarl zipp"""
 IMAGE = set(_IMAGE_NAMES.split())
 CARRIED = {"megatron-core", "omegaconf", "hydra-core", "antlr4-python3-runtime"}
-# launcher plugins Hydra imports while scanning, whichever are installed (the dev extra has all three)
+# launcher plugins Hydra imports while it scans, whichever are installed (dev has all three)
 HYDRA_PLUGINS = {"hydra-joblib-launcher", "hydra-submitit-launcher", "hydra-ray-launcher"}
 
 
