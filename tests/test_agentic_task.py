@@ -334,3 +334,63 @@ def test_tiny_traces_are_short_ascii_and_graded_correct(tiny_task):
     assert tiny_task.verify(ex, wrong).reward == 0.0
     cut = completion[: completion.index("<answer>")]
     assert not tiny_task.verify(ex, cut).parsed
+
+
+# -- tiny variant, deciding how many searches (task.tiny.searches) ---------------------------------
+
+@pytest.fixture(scope="module")
+def mixed_task() -> AgenticQATask:
+    return _task(variant="tiny", tiny=TinyConfig(searches=[0, 1, 2]))
+
+
+def test_default_tiny_questions_carry_no_facts_and_need_two_searches(tiny_task):
+    examples = [*tiny_task.train_examples(), *tiny_task.eval_sets()[0].examples]
+    assert {ex.meta["searches_needed"] for ex in examples} == {2}
+    assert all(re.fullmatch(r"Q: (manager|city) of founder of \w+\?\n", ex.prompt)
+               for ex in examples)
+
+
+def test_mixed_needs_are_balanced_and_each_is_in_the_heldout_split(mixed_task):
+    train, heldout = mixed_task.train_examples(), mixed_task.eval_sets()[0].examples
+    counts = Counter(ex.meta["searches_needed"] for ex in [*train, *heldout])
+    assert counts == {0: 400, 1: 400, 2: 400}
+    assert {ex.meta["searches_needed"] for ex in heldout} == {0, 1, 2}
+
+
+def test_each_question_gives_exactly_the_facts_it_does_not_need_to_look_up(mixed_task):
+    env = mixed_task.tool_env()
+    for ex in [*mixed_task.train_examples(), *mixed_task.eval_sets()[0].examples]:
+        need, answer, bridge = (ex.meta["searches_needed"], ex.answer["answers"][0].lower(),
+                                ex.meta["bridge"].lower())
+        words = _words(ex.prompt)
+        assert (bridge in words) == (need < 2), ex.prompt  # 1st fact given unless 2 are needed
+        assert (answer in words) == (need == 0), ex.prompt  # the answer only with both facts
+        assert len(ex.meta["queries"]) == need
+        for query in ex.meta["queries"][-1:]:  # the last planned search finds the answer
+            assert answer in _words(env.call("search", query)[0])
+
+
+def test_mixed_warmstart_traces_search_exactly_the_need_and_are_graded_correct(mixed_task):
+    pairs = mixed_task.warmstart_examples()
+    assert {ex.meta["searches_needed"] for ex, _ in pairs} == {0, 1, 2}
+    for ex, completion in pairs:
+        assert completion.count("<search>") == ex.meta["searches_needed"]
+        assert len(ex.prompt + completion) <= 200 and (ex.prompt + completion).isascii()
+        score = mixed_task.verify(ex, completion)
+        assert score.correct and score.info["stats"]["calls_over_needed"] == 0.0
+
+
+def test_calls_over_needed_counts_searches_beyond_the_need(mixed_task, tiny_task):
+    ex = next(e for e in mixed_task.train_examples() if e.meta["searches_needed"] == 0)
+    gold = ex.answer["answers"][0]
+    two = tiny_task.warmstart_examples()[0][1]  # a two-search trace, then the right answer
+    searched = two[: two.index("<answer>")] + f"<answer>{gold}</answer>"
+    assert mixed_task.verify(ex, searched).info["stats"]["calls_over_needed"] == 2.0
+    assert mixed_task.verify(ex, f"<answer>{gold}</answer>").info["stats"][
+        "calls_over_needed"] == 0.0
+
+
+@pytest.mark.parametrize("searches", [[], [3], [0, -1]])
+def test_bad_searches_name_the_key(searches):
+    with pytest.raises(ValueError, match=r"task\.tiny\.searches"):
+        _task(variant="tiny", tiny=TinyConfig(searches=searches)).train_examples()

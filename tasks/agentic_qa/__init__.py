@@ -65,6 +65,7 @@ class TinyConfig:
     n_managers: int = 60        # pool of managers (shared between founders)
     n_cities: int = 40          # pool of cities
     relations: list[str] = field(default_factory=lambda: list(tiny.RELATIONS))
+    searches: list[int] = field(default_factory=lambda: [2])  # searches a question may need
     seed: int = 0               # generates the world and splits heldout/train
     heldout: int = 200
     warmstart_fraction: float = 0.3
@@ -213,7 +214,7 @@ class AgenticQATask(VariantTask):
             return
         if self.config.variant == "tiny":
             cfg = self.config.tiny
-            examples = tiny.problems(self.world, cfg.relations)
+            examples = tiny.problems(self.world, cfg.relations, cfg.searches)
             if not 0 < cfg.heldout < len(examples):
                 raise ValueError(f"task.tiny.heldout={cfg.heldout} must be in "
                                  f"1..{len(examples) - 1}")
@@ -292,4 +293,7 @@ class AgenticQATask(VariantTask):
             "stats": {"em": em, "f1": f1, "format_ok": float(fmt),
                       "tool_calls": float(sum(used.values()))},
         }
+        if "searches_needed" in example.meta:  # tiny: calls beyond (or short of) the need
+            info["stats"]["calls_over_needed"] = (float(sum(used.values()))
+                                                  - example.meta["searches_needed"])
         return Score(reward=float(reward), correct=em == 1.0, parsed=parsed, info=info)

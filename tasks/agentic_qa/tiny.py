@@ -15,6 +15,18 @@ needed; the reference completion (the warm-start trace) is one line (cut here)::
     <search>Zorb founder</search><result>Zorb's founder is Ann.</result>
     <search>Ann manager</search><result>Ann's manager is Bo.</result><answer>Bo</answer>
 
+With ``searches: [0, 1, 2]`` the model must also decide how many searches a question needs:
+each problem is given the first ``2 - need`` facts of its chain on a line before the question,
+so it needs ``need`` searches (the default ``[2]`` gives none: every question needs two)::
+
+    Zorb's founder is Ann.\nQ: manager of founder of Zorb?\n          -> one search ("Ann manager")
+    Zorb's founder is Ann. Ann's manager is Bo.\nQ: manager of ...?\n -> answer directly
+
+Needs are dealt round-robin over the problems in their fixed order (balanced to within one), so
+the held-out split has every need. Searching anyway still finds the answer: nothing but the
+call budget and the warm-start traces (which search exactly ``need`` times) says not to, which is
+what lets tool calls per answer differ between methods.
+
 The results in the trace are produced by calling the task's own :class:`harness.tools.ToolEnv`
 (a :class:`tasks.agentic_qa.tools.BM25Search` over this corpus returning the single best
 sentence), so a warm-started model that issues the same queries gets the same results back.
@@ -87,26 +99,41 @@ def prompt(relation: str, company: str) -> str:
     return f"Q: {relation} of founder of {company}?\n"
 
 
-def problems(world: World, relations: tuple[str, ...] | list[str] = RELATIONS) -> list[Example]:
-    """One problem per (company, relation), in a deterministic order."""
+SEARCHES = (0, 1, 2)  # how many searches a question can need (facts given: 2 - need)
+
+
+def problems(world: World, relations: tuple[str, ...] | list[str] = RELATIONS,
+             searches: tuple[int, ...] | list[int] = (2,)) -> list[Example]:
+    """One problem per (company, relation), in a deterministic order; the i-th needs
+    ``searches[i % len(searches)]`` searches, the facts it does not need to look up given
+    before the question."""
+    if not searches or set(searches) - set(SEARCHES):
+        raise ValueError(f"task.tiny.searches={list(searches)}: give a non-empty list drawn from "
+                         f"{list(SEARCHES)}")
     out = []
     for company, person in world.founder.items():
         for rel in relations:
             if rel not in RELATIONS:
                 raise ValueError(f"tiny agentic_qa: relation {rel!r}; valid: {RELATIONS}")
             answer = world.manager[person] if rel == "manager" else world.person_city[person]
+            need = int(searches[len(out) % len(searches)])
+            facts = [f"{company}'s founder is {person}.", f"{person}'s {rel} is {answer}."]
+            given = " ".join(facts[: 2 - need])
+            queries = [f"{company} founder", f"{person} {rel}"][2 - need:]
             out.append(Example(
-                id=f"tiny/{company}/{rel}", prompt=prompt(rel, company),
+                id=f"tiny/{company}/{rel}", prompt=(given + "\n" if given else "")
+                + prompt(rel, company),
                 answer={"answers": [answer]},
                 meta={"dataset": "tiny", "company": company, "relation": rel,
-                      "bridge": person, "queries": [f"{company} founder", f"{person} {rel}"]},
+                      "bridge": person, "queries": queries, "searches_needed": need},
             ))
     return out
 
 
 def trace(example: Example, env: ToolEnv) -> str:
-    """The reference multi-turn completion: each planned search, the result the tool env
-    returns for it (exactly as the rollout will insert it), then the answer."""
+    """The reference multi-turn completion: each planned search (none for a question that
+    gives both facts), the result the tool env returns for it (exactly as the rollout will
+    insert it), then the answer."""
     parts = []
     for query in example.meta["queries"]:
         result, _ = env.call("search", query)
