@@ -13,6 +13,12 @@ episode, mean over seeds with a min-max band); then ``README.md``, the index ove
 semantic similarity of each task's sources. A seed that never reached the threshold counts the
 whole budget (a lower bound: such cells carry ``*``). Each task's leaderboard is also logged as an
 MLflow run (``rlbench.kind=leaderboard``, ``harness.report.mlflow_log``).
+
+Provenance, as for every board (``harness.report.provenance``): a checkout with uncommitted
+changes is refused unless ``allow_dirty`` (then the index says so); the index names the commit
+the board was built at and the two commands that reproduce it; each task's runs are exported
+beside its page (``runs.jsonl.gz``). A (task, agent, seed) cell run more than once is never
+pooled: the newest FINISHED run is used and the others are listed on the task's page.
 """
 
 from __future__ import annotations
@@ -29,8 +35,10 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 from mlflow.tracking import MlflowClient
 
+from harness.report.config import BoardError
 from harness.report.mlflow_log import log_leaderboard
 from harness.report.plots import align
+from harness.report.provenance import checkout, export_runs
 from harness.report.stats import Interval, interval, paired_interval
 
 BASELINES = ("qlearning", "qlearning_opt")  # Q-learning from scratch: Q₀ = 0 and optimistic
@@ -87,10 +95,28 @@ def _plot(path: Path, curves: dict[str, tuple[np.ndarray, np.ndarray]], title: s
     fig.savefig(path, format="png", metadata={"Software": None})
 
 
-def _task_board(client: MlflowClient, task: str, runs: list, out: Path) -> tuple[str, list, dict]:
-    by_agent: dict[str, dict[str, object]] = defaultdict(dict)  # label -> seed -> run
+REPRODUCE = ("Reproduce (from the repository root): `rlbench sweep track=lantern sweep=targets`, "
+             "then `rlbench board --track lantern --out leaderboards/lantern`.")
+
+
+def _cells(runs: list) -> tuple[dict[str, dict[str, object]], list[tuple[str, str, list]]]:
+    """label -> seed -> the newest run of that cell, and the cells run more than once as
+    (agent, seed, runs newest first)."""
+    by_cell: dict[tuple[str, str], list] = defaultdict(list)
     for r in runs:
-        by_agent[r.data.tags["rlbench.agent"]][r.data.tags["rlbench.seed"]] = r
+        by_cell[(r.data.tags["rlbench.agent"], r.data.tags["rlbench.seed"])].append(r)
+    by_agent: dict[str, dict[str, object]] = defaultdict(dict)
+    duplicates = []
+    for (agent, seed), rs in sorted(by_cell.items()):
+        rs = sorted(rs, key=lambda r: (r.info.start_time or 0, r.info.run_id), reverse=True)
+        by_agent[agent][seed] = rs[0]
+        if len(rs) > 1:
+            duplicates.append((agent, seed, rs))
+    return by_agent, duplicates
+
+
+def _task_board(client: MlflowClient, task: str, runs: list, out: Path) -> tuple[str, list, dict]:
+    by_agent, duplicates = _cells(runs)
     labels = _order(list(by_agent))
     bases = [b for b in BASELINES if b in by_agent]
     header = ["agent", "seeds", "reached"] + [c for c, _, _ in METRICS] + \
@@ -158,6 +184,13 @@ def _task_board(client: MlflowClient, task: str, runs: list, out: Path) -> tuple
            "the baseline's mean); "
            "† the interval excludes 0. * some seeds never reached the threshold and count the "
            "whole budget (a lower bound).", "", "![success](success.png)", ""]
+    if duplicates:
+        md += ["## Duplicate runs", "", "Cells run more than once (same agent and seed): the "
+               "newest run is used, the others are left out, never pooled.", ""]
+        md += [f"- **{agent}** seed {seed}: " + ", ".join(
+            f"`{r.info.run_id}`" + (" (used)" if i == 0 else "") for i, r in enumerate(rs))
+            for agent, seed, rs in duplicates]
+        md.append("")
     (d / "leaderboard.md").write_text("\n".join(md))
     buf = io.StringIO()
     fields = list(dict.fromkeys(k for rec in records for k in rec))  # the baseline lacks Δs
@@ -167,8 +200,11 @@ def _task_board(client: MlflowClient, task: str, runs: list, out: Path) -> tuple
     (d / "leaderboard.csv").write_text(buf.getvalue())
     row_runs = {label: sorted((s, r.info.run_id) for s, r in by_agent[label].items())
                 for label in labels}
-    summary = {"task": task, **meta, "records": records, "row_runs": row_runs}
-    return "\n".join(md), [d / "leaderboard.md", d / "leaderboard.csv", d / "success.png"], summary
+    summary = {"task": task, **meta, "records": records, "row_runs": row_runs,
+               "duplicates": sum(len(rs) - 1 for _, _, rs in duplicates)}
+    export = export_runs(client, [r.info.run_id for r in runs], d / "runs.jsonl.gz")
+    return "\n".join(md), [d / "leaderboard.md", d / "leaderboard.csv", d / "success.png",
+                            export], summary
 
 
 def _diff(rec: dict, col: str, base: str) -> str:
@@ -193,7 +229,13 @@ def _provenance(runs: list) -> str:
 
 
 def build_board(uri: str, experiment: str = "lantern", out: str = "leaderboards/lantern",
-                log_to_mlflow: bool = True) -> list[Path]:
+                log_to_mlflow: bool = True, allow_dirty: bool = False) -> list[Path]:
+    state = checkout(Path(out))
+    if state.dirty and not allow_dirty:
+        shown = ", ".join(state.dirty[:5]) + (", ..." if len(state.dirty) > 5 else "")
+        raise BoardError(f"the checkout has uncommitted changes ({len(state.dirty)} path(s): "
+                         f"{shown}); commit them so the board names the code it was built "
+                         "with, or pass --allow-dirty (the board then says so)")
     client = MlflowClient(tracking_uri=uri)
     exp = client.get_experiment_by_name(experiment)
     if exp is None:
@@ -234,9 +276,14 @@ def build_board(uri: str, experiment: str = "lantern", out: str = "leaderboards/
                 f"{rec['final success']:.3f} | {_diff(rec, 'episodes', 'qlearning_opt')} |")
     cells = {(r.data.tags.get("rlbench.task"), r.data.tags.get("rlbench.agent"),
               r.data.tags.get("rlbench.seed")) for r in runs}
-    lines += ["", f"{len(cells)} (task, agent, seed) cells from {len(runs)} FINISHED runs (a "
-              "cell run twice counts once). Intervals and paired differences against both "
-              "from-scratch baselines: each task's page.", "", _provenance(runs), ""]
+    n_dup = sum(s["duplicates"] for s in index)
+    lines += ["", f"{len(cells)} (task, agent, seed) cells from {len(runs)} FINISHED runs"
+              + (f" ({n_dup} duplicate runs of a cell left out: listed on their task's page)"
+                 if n_dup else "") + ". Intervals and paired differences against both "
+              "from-scratch baselines: each task's page; the runs behind each page are "
+              "exported beside it (`runs.jsonl.gz`).", "", f"- {REPRODUCE}",
+              f"- Board built at commit `{state.describe(allow_dirty)}`.",
+              f"- {_provenance(runs)}", ""]
     (root / "README.md").write_text("\n".join(lines))
     written.append(root / "README.md")
     return written

@@ -381,11 +381,11 @@ def run_hydra(overrides: list[str], multirun: bool) -> None:
 
 
 def build_board(uri: str, experiment: str | None, out: str | None,
-                log_to_mlflow: bool = True) -> list[Path]:
+                log_to_mlflow: bool = True, allow_dirty: bool = False) -> list[Path]:
     from lantern.board import build_board as _build
 
     return _build(uri, experiment or "lantern", out or "leaderboards/lantern",
-                  log_to_mlflow=log_to_mlflow)
+                  log_to_mlflow=log_to_mlflow, allow_dirty=allow_dirty)
 
 
 class _Track:

@@ -145,9 +145,12 @@ def test_every_committed_board_names_an_existing_sweep():
     for board in sorted(boards - LEGACY):
         readme = (ROOT / "leaderboards" / board / "README.md").read_text()
         found = re.search(r"Reproduce \(from the repository root\): `rlbench sweep "
-                          r"sweep=(\w+)`, then `rlbench board [^`]*--out leaderboards/"
-                          + re.escape(board), readme)
-        assert found and found.group(1) in sweeps, board
+                          r"(?:track=(\w+) )?sweep=(\w+)`, then `rlbench board [^`]*--out "
+                          r"leaderboards/" + re.escape(board), readme)
+        assert found, board
+        track, sweep = found.groups()  # a track's sweeps live in conf/<track>/sweep/
+        assert sweep in (sweeps if track is None else
+                         {p.stem for p in (ROOT / "conf" / track / "sweep").glob("*.yaml")}), board
         assert any((ROOT / "leaderboards" / board).glob("**/runs.jsonl.gz")), board
     assert LEGACY - {"."} <= boards | {"lantern"}  # the list names boards that exist
     for board in sorted(LEGACY & boards):  # a regenerated board leaves the list

@@ -51,7 +51,8 @@ def test_sweep_logs_runs_skips_finished_cells_and_builds_the_leaderboard(tmp_pat
     assert again.returncode == 0 and again.stdout.count("[lantern] skip") == 2
     assert len(client.search_runs([exp.experiment_id], "tags.`rlbench.kind` = 'lantern'")) == 2
 
-    cli_main(["board", "--track", "lantern", "--tracking-uri", uri, "--out", str(tmp_path / "lb")])
+    cli_main(["board", "--track", "lantern", "--tracking-uri", uri, "--out", str(tmp_path / "lb"),
+              "--allow-dirty"])
     page = (tmp_path / "lb" / "office_cmo" / "leaderboard.md").read_text()
     assert "| qlearning | 1 |" in page and "| lantern | 1 |" in page
     csv_text = (tmp_path / "lb" / "office_cmo" / "leaderboard.csv").read_text()

@@ -14,7 +14,7 @@ def cmd_board(args: argparse.Namespace) -> None:
 
         for path in TRACKS.get(args.track).build_board(
                 resolve_tracking_uri(args.uri), args.experiment, args.out,
-                log_to_mlflow=args.mlflow):
+                log_to_mlflow=args.mlflow, allow_dirty=args.allow_dirty):
             print(path)
         return
     args.experiment = args.experiment or "rlbench"
