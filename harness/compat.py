@@ -69,21 +69,31 @@ def algorithm_needs(algorithm: Any) -> dict[str, str]:
     return needs
 
 
-def task_offers(task_name: str) -> frozenset[str]:
+def task_offers(task_name: str, task_cfg: Any = None) -> frozenset[str]:
+    """What the task class declares; with its config node, less what that configuration
+    withholds (a task's ``offers_for(task_cfg)``, e.g. agentic QA with no tools enabled). A
+    configuration can withhold a capability, never add one."""
     from harness.registry import TASKS
 
-    return _declared(TASKS.get(task_name), "offers")
+    cls = TASKS.get(task_name)
+    offers = _declared(cls, "offers")
+    if task_cfg is not None and hasattr(cls, "offers_for"):
+        offers &= frozenset(cls.offers_for(task_cfg))
+    return offers
 
 
-def check(algorithm: Any, task_name: str) -> Verdict:
-    """Is the algorithm config node compatible with the registered task ``task_name``?"""
-    offers = task_offers(task_name)
+def check(algorithm: Any, task_name: str, task_cfg: Any = None) -> Verdict:
+    """Is the algorithm config node compatible with the registered task ``task_name`` (as
+    configured by ``task_cfg``, when given)?"""
+    offers = task_offers(task_name, task_cfg)
     missing = {cap: where for cap, where in algorithm_needs(algorithm).items()
                if cap not in offers}
     if not missing:
         return Verdict(True)
-    reasons = "; ".join(f"{where} needs {CAPABILITIES[cap]} ({cap}), which task {task_name} does "
-                        f"not offer" for cap, where in sorted(missing.items()))
+    how = " as configured" if task_cfg is not None and missing.keys() & task_offers(task_name) \
+        else ""
+    reasons = "; ".join(f"{where} needs {CAPABILITIES[cap]} ({cap}), which task {task_name}"
+                        f"{how} does not offer" for cap, where in sorted(missing.items()))
     return Verdict(False, reasons)
 
 
@@ -92,7 +102,7 @@ def check_config(cfg: Any) -> None:
     composed config's algorithm cannot run on its task."""
     from harness.components import ConfigError
 
-    verdict = check(cfg.algorithm, str(cfg.task.name))
+    verdict = check(cfg.algorithm, str(cfg.task.name), cfg.task)
     if not verdict.ok:
         raise ConfigError(f"incompatible pair algorithm={cfg.algorithm.name} x "
                           f"task={cfg.task.name}: {verdict.reason}")

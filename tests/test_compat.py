@@ -62,6 +62,21 @@ def test_compatible_pairs_are_not_refused():
     preflight(["algorithm=lope", "task=geometry3k_tiny", "model=tiny_vlm"], multirun=False)
 
 
+def test_a_task_configured_without_tools_does_not_offer_them(capsys):
+    """agentic_qa's full variant with ``full.tools: []`` is closed-book: ARPO is refused there
+    (naming the configuration), GRPO is not, and the tiny variant keeps its search tool."""
+    closed = ["task=agentic_qa", "task.variant=full", "task.full.tools=[]", "seed=0"]
+    with pytest.raises(SystemExit) as exc:
+        preflight(["algorithm=arpo", *closed], multirun=False)
+    assert exc.value.code == 2
+    err = capsys.readouterr().err
+    assert "algorithm=arpo x task=agentic_qa" in err and "as configured" in err
+    preflight(["algorithm=grpo", *closed], multirun=False)
+    preflight(["algorithm=arpo", "task=agentic_qa", "task.variant=full", "seed=0"],
+              multirun=False)
+    assert compat.task_offers("agentic_qa") >= {"tools"}  # the class still declares it
+
+
 def test_overriding_a_part_changes_what_the_algorithm_needs():
     """The declaration sits on the parts: GRPO with ARPO's branching rollout needs tools."""
     grpo = OmegaConf.load(CONF_DIR / "algorithm" / "grpo.yaml")

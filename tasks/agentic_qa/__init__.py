@@ -130,6 +130,13 @@ class AgenticQATask(VariantTask):
 
     offers: ClassVar[frozenset[str]] = frozenset({compat.BINARY_CORRECT, compat.TOOLS})
 
+    @classmethod
+    def offers_for(cls, config: Any) -> frozenset[str]:
+        """The full variant with ``full.tools: []`` is closed-book and single-turn: no tools."""
+        if config.get("variant") == "full" and not list(config.full.tools):
+            return cls.offers - {compat.TOOLS}
+        return cls.offers
+
     name = "agentic_qa"
 
     @dataclass
