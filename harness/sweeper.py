@@ -59,7 +59,7 @@ def _runnable(self: Any, cell: list[str]) -> bool:
     cfg = self.hydra_context.config_loader.load_configuration(
         config_name=self.config.hydra.job.config_name, overrides=list(cell),
         run_mode=RunMode.MULTIRUN)
-    verdict = check(cfg.algorithm, str(cfg.task.name))
+    verdict = check(cfg.algorithm, str(cfg.task.name), cfg.task)
     if not verdict.ok:
         log.info("sweep: dropped %s: %s", " ".join(cell), verdict.reason)
     return verdict.ok

@@ -357,6 +357,28 @@ def test_mixed_needs_are_balanced_and_each_is_in_the_heldout_split(mixed_task):
     assert {ex.meta["searches_needed"] for ex in heldout} == {0, 1, 2}
 
 
+@pytest.mark.parametrize("searches", [[0, 1, 2], [1, 2], [0, 2]])
+def test_a_need_is_never_tied_to_the_relation_asked(searches):
+    task = _task(variant="tiny", tiny=TinyConfig(searches=searches))
+    pairs = Counter((ex.meta["relation"], ex.meta["searches_needed"])
+                    for ex in task.train_examples())
+    assert set(pairs) == {(rel, need) for rel in ("manager", "city") for need in searches}
+    per = 1200 // (2 * len(searches))
+    assert all(abs(c - per * 1000 / 1200) < 60 for c in pairs.values())  # train pool: ~even
+
+
+def test_given_facts_are_one_line_before_the_question_in_chain_order(mixed_task):
+    by_need = {}
+    for ex in mixed_task.train_examples():
+        by_need.setdefault(ex.meta["searches_needed"], ex)
+    for need, ex in by_need.items():
+        company, person, rel = ex.meta["company"], ex.meta["bridge"], ex.meta["relation"]
+        facts = [f"{company}'s founder is {person}.",
+                 f"{person}'s {rel} is {ex.answer['answers'][0]}."][: 2 - need]
+        question = f"Q: {rel} of founder of {company}?\n"
+        assert ex.prompt == (" ".join(facts) + "\n" if facts else "") + question
+
+
 def test_each_question_gives_exactly_the_facts_it_does_not_need_to_look_up(mixed_task):
     env = mixed_task.tool_env()
     for ex in [*mixed_task.train_examples(), *mixed_task.eval_sets()[0].examples]:
@@ -380,14 +402,23 @@ def test_mixed_warmstart_traces_search_exactly_the_need_and_are_graded_correct(m
         assert score.correct and score.info["stats"]["calls_over_needed"] == 0.0
 
 
-def test_calls_over_needed_counts_searches_beyond_the_need(mixed_task, tiny_task):
-    ex = next(e for e in mixed_task.train_examples() if e.meta["searches_needed"] == 0)
-    gold = ex.answer["answers"][0]
+def test_calls_beyond_and_short_of_the_need_are_counted_apart(mixed_task, tiny_task):
     two = tiny_task.warmstart_examples()[0][1]  # a two-search trace, then the right answer
-    searched = two[: two.index("<answer>")] + f"<answer>{gold}</answer>"
-    assert mixed_task.verify(ex, searched).info["stats"]["calls_over_needed"] == 2.0
-    assert mixed_task.verify(ex, f"<answer>{gold}</answer>").info["stats"][
-        "calls_over_needed"] == 0.0
+    searches = two[: two.index("<answer>")]
+    one = searches[: searches.index("<search>", 1)]  # its first search only
+
+    def stats(need: int, calls: str) -> tuple[float, float]:
+        ex = next(e for e in mixed_task.train_examples() if e.meta["searches_needed"] == need)
+        st = mixed_task.verify(ex, calls + f"<answer>{ex.answer['answers'][0]}</answer>").info[
+            "stats"]
+        return st["calls_over_needed"], st["calls_under_needed"]
+
+    assert stats(0, searches) == (2.0, 0.0)
+    assert stats(0, "") == (0.0, 0.0)
+    assert stats(1, searches) == (1.0, 0.0)
+    assert stats(1, "") == (0.0, 1.0)
+    assert stats(2, one) == (0.0, 1.0)
+    assert stats(2, searches) == (0.0, 0.0)
 
 
 @pytest.mark.parametrize("searches", [[], [3], [0, -1]])

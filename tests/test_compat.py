@@ -75,6 +75,26 @@ def test_a_task_configured_without_tools_does_not_offer_them(capsys):
     preflight(["algorithm=arpo", "task=agentic_qa", "task.variant=full", "seed=0"],
               multirun=False)
     assert compat.task_offers("agentic_qa") >= {"tools"}  # the class still declares it
+    tiny_cfg = OmegaConf.create({"variant": "tiny", "full": {"tools": []}})
+    assert "tools" in compat.task_offers("agentic_qa", tiny_cfg)  # tiny always searches
+
+
+def test_the_compatible_sweeper_drops_a_cell_its_configuration_cannot_run():
+    cells = preflight(["hydra/sweeper=compatible", "algorithm=grpo,arpo", "task=agentic_qa",
+                       "task.variant=full", "task.full.tools=[]", "seed=0"], multirun=True)
+    assert [c for c in cells if "algorithm=arpo" in c] == [] and len(cells) == 1
+
+
+def test_a_configuration_can_withhold_a_capability_but_never_add_one(monkeypatch):
+    class Greedy(Task):
+        offers: ClassVar[frozenset[str]] = frozenset({compat.BINARY_CORRECT})
+
+        @classmethod
+        def offers_for(cls, config):
+            return frozenset({compat.BINARY_CORRECT, compat.TOOLS, compat.IMAGES})
+
+    monkeypatch.setitem(TASKS._entries, "greedy", Greedy)
+    assert compat.task_offers("greedy", OmegaConf.create({})) == {compat.BINARY_CORRECT}
 
 
 def test_overriding_a_part_changes_what_the_algorithm_needs():

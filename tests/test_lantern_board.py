@@ -32,7 +32,7 @@ def _store(tmp_path: Path, cells: list[tuple[str, int, float]]) -> tuple[str, li
             Metric("final/auc", 0.5, 0, 0), Metric("final/success", 1.0, 0, 0),
             Metric("final/reached", 1.0, 0, 0),
             Metric("eval/success", 0.0, 0, 0), Metric("eval/success", 1.0, 0, 10)])
-        client.set_terminated(rid, "FINISHED")
+        client.set_terminated(rid, "FINISHED", end_time=10_000 - i)  # later start, earlier end
         ids.append(rid)
     return uri, ids
 
@@ -43,15 +43,15 @@ def clean(monkeypatch):
 
 
 def test_a_cell_run_twice_uses_the_newest_run_and_lists_the_other(tmp_path, clean):
-    uri, ids = _store(tmp_path, [("qlearning", 0, 300.0), ("qlearning", 0, 100.0),
-                                 ("qlearning", 1, 200.0), ("lantern", 0, 10.0),
-                                 ("lantern", 1, 12.0)])
+    uri, ids = _store(tmp_path, [("qlearning", 0, 300.0), ("qlearning", 0, 500.0),
+                                 ("qlearning", 0, 100.0), ("qlearning", 1, 200.0),
+                                 ("lantern", 0, 10.0), ("lantern", 1, 12.0)])
     board.build_board(uri, out=str(tmp_path / "lb"), log_to_mlflow=False)
     page = (tmp_path / "lb" / "office_cmo" / "leaderboard.md").read_text()
-    assert "| qlearning | 2 | 2/2 | 150.0" in page  # seeds 0 (newest: 100) and 1 (200); not 300
-    assert f"- **qlearning** seed 0: `{ids[1]}` (used), `{ids[0]}`" in page
+    assert "| qlearning | 2 | 2/2 | 150.0" in page  # seeds 0 (newest start: 100) and 1 (200)
+    assert f"- **qlearning** seed 0: `{ids[2]}` (used), `{ids[1]}`, `{ids[0]}`" in page
     index = (tmp_path / "lb" / "README.md").read_text()
-    assert "(1 duplicate runs of a cell left out" in index
+    assert "(2 duplicate runs of a cell left out" in index  # runs, not cells
 
 
 def test_index_names_the_commit_and_the_two_commands_and_the_runs_are_exported(tmp_path, clean):

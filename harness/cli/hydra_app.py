@@ -139,7 +139,7 @@ def compatible_cells(cells: list[list[str]], overrides: list[str],
         key = tuple(o for o in cell if o.partition("=")[0] != "seed")
         if key not in verdicts:
             cfg = compose_config(cell)
-            verdicts[key] = check(cfg.algorithm, str(cfg.task.name)).ok
+            verdicts[key] = check(cfg.algorithm, str(cfg.task.name), cfg.task).ok
             if configs is not None and verdicts[key]:
                 configs[key] = cfg
         if verdicts[key]:

@@ -300,7 +300,8 @@ class AgenticQATask(VariantTask):
             "stats": {"em": em, "f1": f1, "format_ok": float(fmt),
                       "tool_calls": float(sum(used.values()))},
         }
-        if "searches_needed" in example.meta:  # tiny: calls beyond (or short of) the need
-            info["stats"]["calls_over_needed"] = (float(sum(used.values()))
-                                                  - example.meta["searches_needed"])
+        if "searches_needed" in example.meta:  # tiny: calls beyond, and short of, the need
+            extra = float(sum(used.values())) - example.meta["searches_needed"]
+            info["stats"]["calls_over_needed"] = max(extra, 0.0)
+            info["stats"]["calls_under_needed"] = max(-extra, 0.0)
         return Score(reward=float(reward), correct=em == 1.0, parsed=parsed, info=info)

@@ -22,8 +22,8 @@ so it needs ``need`` searches (the default ``[2]`` gives none: every question ne
     Zorb's founder is Ann.\nQ: manager of founder of Zorb?\n          -> one search ("Ann manager")
     Zorb's founder is Ann. Ann's manager is Bo.\nQ: manager of ...?\n -> answer directly
 
-Needs are dealt round-robin over the problems in their fixed order (balanced to within one), so
-the held-out split has every need. Searching anyway still finds the answer: nothing but the
+Needs are dealt round-robin by company, offset per relation (balanced, and never tied to the
+relation asked), so the held-out split has every need. Searching anyway still finds the answer: nothing but the
 call budget and the warm-start traces (which search exactly ``need`` times) says not to, which is
 what lets tool calls per answer differ between methods.
 
@@ -104,19 +104,20 @@ SEARCHES = (0, 1, 2)  # how many searches a question can need (facts given: 2 - 
 
 def problems(world: World, relations: tuple[str, ...] | list[str] = RELATIONS,
              searches: tuple[int, ...] | list[int] = (2,)) -> list[Example]:
-    """One problem per (company, relation), in a deterministic order; the i-th needs
-    ``searches[i % len(searches)]`` searches, the facts it does not need to look up given
-    before the question."""
+    """One problem per (company, relation), in a deterministic order; company i's j-th relation
+    needs ``searches[(i + j) % len(searches)]`` searches (dealt by company with an offset per
+    relation, so a need is never tied to a relation), the facts it does not need to look up
+    given on a line before the question."""
     if not searches or set(searches) - set(SEARCHES):
         raise ValueError(f"task.tiny.searches={list(searches)}: give a non-empty list drawn from "
                          f"{list(SEARCHES)}")
     out = []
-    for company, person in world.founder.items():
-        for rel in relations:
+    for i, (company, person) in enumerate(world.founder.items()):
+        for j, rel in enumerate(relations):
             if rel not in RELATIONS:
                 raise ValueError(f"tiny agentic_qa: relation {rel!r}; valid: {RELATIONS}")
             answer = world.manager[person] if rel == "manager" else world.person_city[person]
-            need = int(searches[len(out) % len(searches)])
+            need = int(searches[(i + j) % len(searches)])  # by company, offset per relation
             facts = [f"{company}'s founder is {person}.", f"{person}'s {rel} is {answer}."]
             given = " ".join(facts[: 2 - need])
             queries = [f"{company} founder", f"{person} {rel}"][2 - need:]
