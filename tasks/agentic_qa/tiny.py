@@ -23,9 +23,9 @@ so it needs ``need`` searches (the default ``[2]`` gives none: every question ne
     Zorb's founder is Ann. Ann's manager is Bo.\nQ: manager of ...?\n -> answer directly
 
 Needs are dealt round-robin by company, offset per relation (balanced, and never tied to the
-relation asked), so the held-out split has every need. Searching anyway still finds the answer: nothing but the
-call budget and the warm-start traces (which search exactly ``need`` times) says not to, which is
-what lets tool calls per answer differ between methods.
+relation asked), so the held-out split has every need. Searching anyway still finds the answer:
+nothing but the call budget and the warm-start traces (which search exactly ``need`` times) says
+not to, which is what lets tool calls per answer differ between methods.
 
 The results in the trace are produced by calling the task's own :class:`harness.tools.ToolEnv`
 (a :class:`tasks.agentic_qa.tools.BM25Search` over this corpus returning the single best
