@@ -213,3 +213,29 @@ def test_sweep_records_its_overrides_and_the_board_checks_them(tmp_path, cli_env
     assert "`trainer.steps=1` (1)" in line and "`rollout.n=4` (1)" in line
     # the cell's own values and what cannot change a result are not held against it
     assert not any(k in line for k in ("algorithm=", "seed=", "backend.threads", "tracking."))
+
+
+def test_a_board_names_what_its_recipe_cannot_show(tmp_path):
+    uri = _store(tmp_path, [("grpo", 0, "testbed_offpolicy"), ("grpo", 1, "testbed_offpolicy")])
+    config = tmp_path / "board.yaml"
+    config.write_text("limits:\n  testbed_offpolicy: >-\n    One learning rate\n"
+                      "    for every row.\n  other_sweep: Never printed here.\n")
+    build_leaderboards(uri, "e", tmp_path / "out", config=str(config))
+    for page in ("README.md", "countdown-tiny/tiny/leaderboard.md"):
+        text = (tmp_path / "out" / page).read_text()
+        assert "- What recipe `testbed_offpolicy` cannot show: One learning rate for every row." \
+            in text
+        assert "Never printed here" not in text
+
+
+def test_every_limit_names_an_existing_sweep_and_every_regenerated_board_states_one():
+    from harness.report.config import load_config
+
+    sweeps = {p.stem for p in (ROOT / "conf" / "sweep").glob("*.yaml")}
+    for path in (ROOT / "conf" / "board").glob("*.yaml"):
+        assert set(load_config(path).limits) <= sweeps, path.name
+    limits = {k for p in (ROOT / "conf" / "board").glob("*.yaml") for k in load_config(p).limits}
+    for readme in (ROOT / "leaderboards").glob("*/README.md"):
+        found = re.search(r"`rlbench sweep sweep=(\w+)`", readme.read_text())
+        if found and readme.parent.name not in LEGACY:
+            assert found.group(1) in limits, f"{readme.parent.name}: no limits for its sweep"

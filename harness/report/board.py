@@ -286,6 +286,9 @@ def build_leaderboards(
             f"- Command: `{command}`",
             reproduce([r for row in all_rows for r in row.runs.values()], board_cmd),
             f"- Board built at commit `{commit}`."]
+    sweeps = {r.sweep for row in all_rows for r in row.runs.values()}
+    head += [f"- What recipe `{s}` cannot show: {cfg.limits[s]}"
+             for s in sorted(sweeps & cfg.limits.keys())]
     history = History(client)
     written: list[Path] = []
     index: list[str] = []

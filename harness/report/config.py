@@ -42,6 +42,7 @@ class BoardConfig:
     pairs: dict[str, str] = field(default_factory=dict)
     variant: tuple[str, ...] = ("tags.rlbench.variant",)
     select: Selection | None = None
+    limits: dict[str, str] = field(default_factory=dict)  # sweep -> what its recipe cannot show
     confidence: float = 0.95
     bootstrap_min_n: int = 10
     bootstrap_resamples: int = 10_000
@@ -85,6 +86,10 @@ def load_config(path: str | Path | None = None, variant: tuple[str, ...] = ()) -
     if unknown:
         raise BoardError(f"board config {p.name}: unknown key(s) {', '.join(unknown)}; valid: "
                          f"{', '.join(sorted(valid))}")
+    limits = raw.pop("limits", None) or {}
+    if not isinstance(limits, dict) or not all(isinstance(v, str) for v in limits.values()):
+        raise BoardError(f"board config {p.name}: limits must map a sweep name (conf/sweep/) to "
+                         "a sentence saying what its recipe cannot show")
     pairs = raw.pop("pairs", None) or {}
     if not isinstance(pairs, dict) or not all(isinstance(v, str) for v in pairs.values()):
         raise BoardError(f"board config {p.name}: pairs must map a row name to a baseline name")
@@ -102,7 +107,8 @@ def load_config(path: str | Path | None = None, variant: tuple[str, ...] = ()) -
         select = Selection(_run_field(select["key"], f"board config {p.name}: select.key"),
                            str(select["metric"]), bool(select.get("higher", True)))
     cfg = BoardConfig(**raw, pairs={str(k): v for k, v in pairs.items()}, variant=fields_,
-                      select=select, source=_shown_path(p))
+                      select=select, limits={str(k): " ".join(v.split()) for k, v in
+                                             limits.items()}, source=_shown_path(p))
     if not 0.0 < cfg.confidence < 1.0:
         raise BoardError(f"board config {p.name}: confidence must be in (0, 1)")
     if cfg.final_window < 1:
