@@ -239,3 +239,4 @@ def test_every_limit_names_an_existing_sweep_and_every_regenerated_board_states_
         found = re.search(r"`rlbench sweep sweep=(\w+)`", readme.read_text())
         if found and readme.parent.name not in LEGACY:
             assert found.group(1) in limits, f"{readme.parent.name}: no limits for its sweep"
+            assert f"- What recipe `{found.group(1)}` cannot show: " in readme.read_text()
