@@ -35,10 +35,10 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 from mlflow.tracking import MlflowClient
 
-from harness.report.config import BoardError
+from harness.report import provenance
 from harness.report.mlflow_log import log_leaderboard
 from harness.report.plots import align
-from harness.report.provenance import checkout, export_runs
+from harness.report.provenance import export_runs
 from harness.report.stats import Interval, interval, paired_interval
 
 BASELINES = ("qlearning", "qlearning_opt")  # Q-learning from scratch: Q₀ = 0 and optimistic
@@ -230,12 +230,7 @@ def _provenance(runs: list) -> str:
 
 def build_board(uri: str, experiment: str = "lantern", out: str = "leaderboards/lantern",
                 log_to_mlflow: bool = True, allow_dirty: bool = False) -> list[Path]:
-    state = checkout(Path(out))
-    if state.dirty and not allow_dirty:
-        shown = ", ".join(state.dirty[:5]) + (", ..." if len(state.dirty) > 5 else "")
-        raise BoardError(f"the checkout has uncommitted changes ({len(state.dirty)} path(s): "
-                         f"{shown}); commit them so the board names the code it was built "
-                         "with, or pass --allow-dirty (the board then says so)")
+    state = provenance.clean_checkout(Path(out), allow_dirty)
     client = MlflowClient(tracking_uri=uri)
     exp = client.get_experiment_by_name(experiment)
     if exp is None:

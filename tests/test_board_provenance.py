@@ -16,7 +16,6 @@ import pytest
 from mlflow.entities import Metric, Param
 from mlflow.tracking import MlflowClient
 
-import harness.report.board as board_module
 from harness.report import provenance
 from harness.report.board import build_leaderboards as _build
 from harness.report.config import BoardError
@@ -58,7 +57,7 @@ def _store(tmp_path, sweep_tags, extra=()):
 
 def test_dirty_checkout_is_refused_unless_allowed(tmp_path, monkeypatch):
     uri = _store(tmp_path, [("grpo", 0, "s"), ("grpo", 1, "s")])
-    monkeypatch.setattr(board_module, "checkout",
+    monkeypatch.setattr(provenance, "checkout",
                         lambda out: Checkout("a" * 40, ("harness/trainer.py",)))
     with pytest.raises(BoardError, match=r"uncommitted changes \(1 path\(s\): "
                                          r"harness/trainer\.py\).*--allow-dirty"):

@@ -12,6 +12,7 @@ from mlflow.entities import Metric
 from mlflow.tracking import MlflowClient
 
 import lantern.board as board
+from harness.report import provenance
 from harness.report.config import BoardError
 from harness.report.provenance import Checkout, read_export
 
@@ -39,7 +40,7 @@ def _store(tmp_path: Path, cells: list[tuple[str, int, float]]) -> tuple[str, li
 
 @pytest.fixture
 def clean(monkeypatch):
-    monkeypatch.setattr(board, "checkout", lambda out: Checkout("c" * 40, ()))
+    monkeypatch.setattr(provenance, "checkout", lambda out: Checkout("c" * 40, ()))
 
 
 def test_a_cell_run_twice_uses_the_newest_run_and_lists_the_other(tmp_path, clean):
@@ -69,7 +70,8 @@ def test_index_names_the_commit_and_the_two_commands_and_the_runs_are_exported(t
 def test_a_dirty_checkout_is_refused_unless_allowed_and_then_the_index_says_so(tmp_path,
                                                                               monkeypatch):
     uri, _ = _store(tmp_path, [("qlearning", 0, 300.0), ("lantern", 0, 10.0)])
-    monkeypatch.setattr(board, "checkout", lambda out: Checkout("d" * 40, ("lantern/agent.py",)))
+    dirty = Checkout("d" * 40, ("lantern/agent.py",))
+    monkeypatch.setattr(provenance, "checkout", lambda out: dirty)
     with pytest.raises(BoardError, match=r"uncommitted changes \(1 path\(s\): lantern/agent.py"):
         board.build_board(uri, out=str(tmp_path / "lb"), log_to_mlflow=False)
     assert not (tmp_path / "lb").exists()  # refused before writing anything

@@ -55,7 +55,7 @@ from harness.report.config import REPO, BoardConfig, BoardError, load_config
 from harness.report.mlflow_log import log_leaderboard
 from harness.report.page import Page, commits_line, render_markdown
 from harness.report.plots import plot_curves, seed_curves, style
-from harness.report.provenance import checkout, display_tracking_uri, export_runs, reproduce
+from harness.report.provenance import clean_checkout, display_tracking_uri, export_runs, reproduce
 from harness.report.stats import holm, interval, paired_interval
 from harness.report.tables import COSTS, DYNAMICS, Row, Spec, cell, late_means, render_csv, table
 
@@ -247,12 +247,7 @@ def build_leaderboards(
     cfg = load_config(config, variant)
     default = baseline if baseline is not None else cfg.baseline
     out = Path(out_dir)
-    state = checkout(out)
-    if state.dirty and not allow_dirty:
-        shown = ", ".join(state.dirty[:5]) + (", ..." if len(state.dirty) > 5 else "")
-        raise BoardError(f"the checkout has uncommitted changes ({len(state.dirty)} path(s): "
-                         f"{shown}); commit them so the board names the code it was built "
-                         "with, or pass --allow-dirty (the board then says so)")
+    state = clean_checkout(out, allow_dirty)
     shown_uri = display_tracking_uri(tracking_uri, out.resolve().parent)
     client = MlflowClient(tracking_uri)
     exp = client.get_experiment_by_name(experiment)

@@ -37,8 +37,8 @@ from harness.cells import NON_SEMANTIC_KEYS
 from harness.report.collect import EXPORTED_ID_TAG
 from harness.report.tables import Run
 
-__all__ = ["Checkout", "checkout", "display_tracking_uri", "export_runs", "import_runs",
-           "reproduce"]
+__all__ = ["Checkout", "checkout", "clean_checkout", "display_tracking_uri", "export_runs",
+           "import_runs", "reproduce"]
 
 REPO = Path(__file__).resolve().parents[2]
 _SECRET_RE = re.compile(r"pass|secret|token|key|cred|auth|sig", re.IGNORECASE)
@@ -75,6 +75,20 @@ def checkout(out: Path) -> Checkout:
     except (OSError, subprocess.SubprocessError):
         return Checkout("unknown (not a git checkout)", ())
     return Checkout(head, tuple(sorted(line[3:] for line in status.splitlines() if line)))
+
+
+def clean_checkout(out: Path, allow_dirty: bool) -> Checkout:
+    """:func:`checkout`, refused (:class:`BoardError`, exit 2) when it has uncommitted changes
+    unless ``allow_dirty``: a board names the code it was built with."""
+    from harness.report.config import BoardError
+
+    state = checkout(out)
+    if state.dirty and not allow_dirty:
+        shown = ", ".join(state.dirty[:5]) + (", ..." if len(state.dirty) > 5 else "")
+        raise BoardError(f"the checkout has uncommitted changes ({len(state.dirty)} path(s): "
+                         f"{shown}); commit them so the board names the code it was built "
+                         "with, or pass --allow-dirty (the board then says so)")
+    return state
 
 
 def _rel_or_name(path: str, base: Path) -> str:
