@@ -26,7 +26,9 @@ def git_state(repo: Path | None = None) -> dict[str, Any]:
 
     try:
         commit = run("rev-parse", "HEAD")
-        dirty = bool(run("status", "--porcelain", "--untracked-files=no"))
+        # generated boards are outputs, not code: a run made while one is rewritten is clean
+        dirty = bool(run("status", "--porcelain", "--untracked-files=no", "--", ".",
+                         ":(exclude)leaderboards"))
         branch = run("rev-parse", "--abbrev-ref", "HEAD")
     except (OSError, subprocess.SubprocessError):
         return {"commit": None, "dirty": None, "branch": None}

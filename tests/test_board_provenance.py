@@ -239,3 +239,35 @@ def test_every_limit_names_an_existing_sweep_and_every_regenerated_board_states_
         if found and readme.parent.name not in LEGACY:
             assert found.group(1) in limits, f"{readme.parent.name}: no limits for its sweep"
             assert f"- What recipe `{found.group(1)}` cannot show: " in readme.read_text()
+
+
+def test_a_run_is_dirty_for_changed_code_but_not_for_a_rewritten_board(tmp_path):
+    from harness.manifest import git_state
+
+    repo = tmp_path / "repo"
+    for path in ("code.py", "leaderboards/b/README.md"):
+        (repo / path).parent.mkdir(parents=True, exist_ok=True)
+        (repo / path).write_text("x\n")
+    for args in (["init", "-q"], ["add", "."],
+                 ["-c", "user.email=a@b", "-c", "user.name=a", "commit", "-qm", "init"]):
+        subprocess.run(["git", *args], cwd=repo, check=True, capture_output=True)
+    assert git_state(repo)["dirty"] is False
+    (repo / "leaderboards/b/README.md").write_text("regenerated\n")
+    assert git_state(repo)["dirty"] is False
+    (repo / "code.py").write_text("changed\n")
+    assert git_state(repo)["dirty"] is True
+
+
+def test_a_swept_number_written_back_in_another_form_still_reproduces():
+    from types import SimpleNamespace
+
+    def run(lr: str, seed: int) -> SimpleNamespace:
+        return SimpleNamespace(sweep="lpo_lr_tuning", overrides=[
+            "algorithm=grpo", f"trainer.optim.lr={lr}", "task=countdown", "model=tiny",
+            f"seed={seed}", "sweep=lpo_lr_tuning"])
+
+    line = provenance.reproduce([run("0.0001", 0), run("3e-05", 1)], "rlbench board x")
+    assert line.startswith("- Reproduce (from the repository root): `rlbench sweep "
+                           "sweep=lpo_lr_tuning`"), line
+    line = provenance.reproduce([run("0.0002", 0)], "rlbench board x")
+    assert "had overrides it does not make: `trainer.optim.lr=0.0002`" in line

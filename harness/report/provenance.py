@@ -127,6 +127,24 @@ def _sweep_params(name: str) -> dict[str, set[str]] | None:
     return {str(k): {v.strip() for v in str(vals).split(",")} for k, vals in params.items()}
 
 
+def _swept(value: str, values: set[str]) -> bool:
+    """Is ``value`` one the sweep makes? Hydra writes a swept ``1e-4`` back as ``0.0001``, so
+    numbers compare as numbers."""
+    if value in values:
+        return True
+    try:
+        number = float(value)
+    except ValueError:
+        return False
+    for option in values:
+        try:
+            if float(option) == number:
+                return True
+        except ValueError:
+            continue
+    return False
+
+
 def _harmless(key: str) -> bool:
     """Overrides that cannot change a result: the launcher, Hydra itself, where a run logs."""
     return key.startswith(("hydra", "hydra/")) or any(
@@ -155,7 +173,7 @@ def reproduce(runs: list[Run], board_cmd: str) -> str:
             continue
         for override in run.overrides:
             key, _, value = override.lstrip("+~").partition("=")
-            if key == "sweep" or _harmless(key) or value in params.get(key, ()):
+            if key == "sweep" or _harmless(key) or _swept(value, params.get(key, set())):
                 continue
             extra[override] += 1
     if extra or unknown:
