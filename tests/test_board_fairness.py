@@ -95,6 +95,11 @@ def test_selection_grid_and_choice_on_the_page_and_in_mlflow(tuned):
     assert run.data.params["select.metric"] == "validation/pass_at_1"
 
 
+def test_step_size_table_shows_each_rows_selected_learning_rate(tuned):
+    step = tuned["md"].split("## Step size\n", 1)[1].split("\n## ", 1)[0]
+    assert "| grpo | 0.0003 |" in step and "| lpo_fwd@sigma_g | 0.0001 |" in step
+
+
 # -- step size, compute budget, Holm, bolding ---------------------------------------------------
 # grpo generates 100 tokens a step, lope 200; evaluations at steps 0, 10, 20
 EVAL = {"grpo": (0.10, 0.20, 0.30), "lope": (0.10, 0.30, 0.50), "dapo": (0.1, 0.5, 0.9)}

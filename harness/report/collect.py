@@ -102,7 +102,8 @@ def _to_run(r: MlflowRun, cfg: BoardConfig) -> Run:
                config={k: v for k, v in identity(dict(r.data.params)).items() if k not in drop},
                origin_id=t.get(EXPORTED_ID_TAG, r.info.run_id), sweep=t.get("rlbench.sweep", ""),
                commit=t.get("rlbench.git_commit", ""), select=select,
-               overrides=_overrides(t.get("rlbench.overrides")))
+               overrides=_overrides(t.get("rlbench.overrides")),
+               select_key=next(iter(drop), ""))
 
 
 def _overrides(tag: str | None) -> tuple[str, ...] | None:

@@ -42,6 +42,7 @@ class Run:
     commit: str = ""  # the code it ran (tag rlbench.git_commit)
     select: str = ""  # its value of the board's selection key
     overrides: tuple[str, ...] | None = None  # the Hydra overrides it was launched with
+    select_key: str = ""  # the config key of the selection (left out of ``config``), if a param
 
     @property
     def label(self) -> str:
@@ -166,6 +167,13 @@ class Row:
     def config(self) -> dict[str, str]:
         return next(iter(self.runs.values())).config if self.runs else {}
 
+    def knob(self, key: str) -> str:
+        """A config value of the row; the selection key's is the row's selected value."""
+        run = next(iter(self.runs.values()), None)
+        if run is not None and key == run.select_key:
+            return run.select
+        return self.config.get(key, "?")
+
 
 # ---------------------------------------------------------------------------------- cells
 
@@ -271,8 +279,8 @@ def start_table(rows: list[Row], specs: list[Spec]) -> list[str]:
 def step_table(rows: list[Row]) -> list[str]:
     """Learning rate, clip threshold, mean pre-clip gradient norm, share of clipped steps."""
     dyn = shown_dynamics(rows, paired=False)
-    cols = [*_head(rows), [r.config.get("trainer.optim.lr", "?") for r in rows],
-            [r.config.get("trainer.optim.grad_clip", "?") for r in rows]]
+    cols = [*_head(rows), [r.knob("trainer.optim.lr") for r in rows],
+            [r.knob("trainer.optim.grad_clip") for r in rows]]
     cols += [[cell(r.final.get(d.key, _NONE), d.fmt) for r in rows] for d in dyn]
     return _table(["#", "row", "lr", "grad clip", *(d.title for d in dyn)], cols)
 
