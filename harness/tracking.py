@@ -61,12 +61,14 @@ def get_or_create_experiment(client: Any, name: str, tracking_uri: str) -> str:
 
 
 def _retry(fn: Any, *args: Any, **kwargs: Any) -> Any:
-    """SQLite may be locked briefly by a parallel job of the same sweep."""
+    """SQLite may be locked briefly by a parallel job of the same sweep, and two cells logging
+    the same dataset at once race on its unique row (the loser's retry finds it and links it)."""
     for attempt in range(8):
         try:
             return fn(*args, **kwargs)
         except Exception as exc:
-            if "locked" not in str(exc).lower() or attempt == 7:
+            text = str(exc).lower()
+            if ("locked" not in text and "unique constraint" not in text) or attempt == 7:
                 raise
             time.sleep(0.2 * (attempt + 1))
     return None
