@@ -60,11 +60,16 @@ class World:
     def passages(self) -> list[Passage]:
         facts = []
         for company, person in self.founder.items():
-            facts.append(f"{company}'s founder is {person}.")
-            facts.append(f"{person}'s manager is {self.manager[person]}.")
-            facts.append(f"{person}'s city is {self.person_city[person]}.")
-            facts.append(f"{company}'s city is {self.company_city[company]}.")
+            facts.append(fact(company, "founder", person))
+            facts.append(fact(person, "manager", self.manager[person]))
+            facts.append(fact(person, "city", self.person_city[person]))
+            facts.append(fact(company, "city", self.company_city[company]))
         return [Passage(f"t{i}", "", text) for i, text in enumerate(facts)]
+
+
+def fact(subject: str, relation: str, value: str) -> str:
+    """One corpus sentence (also what a question gives when it needs fewer searches)."""
+    return f"{subject}'s {relation} is {value}."
 
 
 def _names(rng: random.Random, count: int) -> list[str]:
@@ -118,7 +123,7 @@ def problems(world: World, relations: tuple[str, ...] | list[str] = RELATIONS,
                 raise ValueError(f"tiny agentic_qa: relation {rel!r}; valid: {RELATIONS}")
             answer = world.manager[person] if rel == "manager" else world.person_city[person]
             need = int(searches[(i + j) % len(searches)])  # by company, offset per relation
-            facts = [f"{company}'s founder is {person}.", f"{person}'s {rel} is {answer}."]
+            facts = [fact(company, "founder", person), fact(person, rel, answer)]
             given = " ".join(facts[: 2 - need])
             queries = [f"{company} founder", f"{person} {rel}"][2 - need:]
             out.append(Example(
