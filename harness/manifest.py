@@ -17,6 +17,11 @@ PACKAGES = ("rlbench", "torch", "transformers", "tokenizers", "mlflow", "hydra-c
             "numpy", "math-verify", "vllm", "megatron-core", "trl")
 
 
+# git pathspec of what the harness generates rather than runs: a rewritten board is not a code
+# change, for a training run's dirty flag or for a board's own checkout check
+NOT_CODE = ":(exclude)leaderboards"
+
+
 def git_state(repo: Path | None = None) -> dict[str, Any]:
     repo = repo or Path(__file__).resolve().parents[1]
 
@@ -26,9 +31,7 @@ def git_state(repo: Path | None = None) -> dict[str, Any]:
 
     try:
         commit = run("rev-parse", "HEAD")
-        # generated boards are outputs, not code: a run made while one is rewritten is clean
-        dirty = bool(run("status", "--porcelain", "--untracked-files=no", "--", ".",
-                         ":(exclude)leaderboards"))
+        dirty = bool(run("status", "--porcelain", "--untracked-files=no", "--", ".", NOT_CODE))
         branch = run("rev-parse", "--abbrev-ref", "HEAD")
     except (OSError, subprocess.SubprocessError):
         return {"commit": None, "dirty": None, "branch": None}

@@ -36,6 +36,7 @@ from matplotlib.figure import Figure
 from mlflow.tracking import MlflowClient
 
 from harness.report import provenance
+from harness.report.collect import start_order
 from harness.report.mlflow_log import log_leaderboard
 from harness.report.plots import align
 from harness.report.provenance import export_runs
@@ -108,7 +109,7 @@ def _cells(runs: list) -> tuple[dict[str, dict[str, object]], list[tuple[str, st
     by_agent: dict[str, dict[str, object]] = defaultdict(dict)
     duplicates = []
     for (agent, seed), rs in sorted(by_cell.items()):
-        rs = sorted(rs, key=lambda r: (r.info.start_time or 0, r.info.run_id), reverse=True)
+        rs = sorted(rs, key=start_order, reverse=True)
         by_agent[agent][seed] = rs[0]
         if len(rs) > 1:
             duplicates.append((agent, seed, rs))

@@ -77,7 +77,12 @@ def _search(client: MlflowClient, exp_id: str, filter_string: str) -> list[Mlflo
         token = page.token
         if not token:
             break
-    return sorted(runs, key=lambda r: (r.info.start_time or 0, r.info.run_id))
+    return sorted(runs, key=start_order)
+
+
+def start_order(run: MlflowRun) -> tuple[int, str]:
+    """Runs in the order they started (ties by id): of a cell run twice, the last is used."""
+    return run.info.start_time or 0, run.info.run_id
 
 
 def group_key(run: MlflowRun) -> tuple[str, str, str]:

@@ -34,6 +34,7 @@ from mlflow.entities import Metric, Param
 from mlflow.tracking import MlflowClient
 
 from harness.cells import NON_SEMANTIC_KEYS
+from harness.manifest import NOT_CODE
 from harness.report.collect import EXPORTED_ID_TAG
 from harness.report.tables import Run
 
@@ -68,7 +69,7 @@ def checkout(out: Path) -> Checkout:
 
     try:
         head = git("rev-parse", "HEAD").strip()
-        exclude = [":(exclude)leaderboards"]
+        exclude = [NOT_CODE]
         with contextlib.suppress(ValueError):  # ``out`` outside the checkout: nothing to exclude
             exclude.append(f":(exclude){out.resolve().relative_to(REPO).as_posix()}")
         status = git("status", "--porcelain", "--", ".", *exclude)
