@@ -64,6 +64,13 @@ def prune_checkpoints(output_dir: Path, keep: int) -> list[Path]:
     return doomed
 
 
+def seed_everything(seed: int) -> None:
+    """Seed the three generators :func:`rng_state` captures."""
+    random.seed(seed)
+    np.random.seed(seed)
+    torch.manual_seed(seed)
+
+
 def rng_state() -> dict[str, Any]:
     """The Python, torch and NumPy generators' states as JSON-able lists (the checkpoint holds
     every source of randomness the loop draws from, so a resumed run repeats its metrics)."""

@@ -10,6 +10,7 @@ step-0 evaluation when there was one. Only pass@k, mean@k and maj@k enter the su
 from __future__ import annotations
 
 import contextlib
+import resource
 import signal
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -49,6 +50,17 @@ def status_line(run_name: str, step: int, steps: int, m: Mapping[str, float], et
             f"ent {m.get('rollout/entropy', nan):.3f} "
             f"gn {m.get('actor/grad_norm', nan):.3f} "
             f"{m['time/step']:.2f}s eta {fmt_s(eta_s)}")
+
+
+def eval_line(run_name: str, step: int, m: Mapping[str, float]) -> str:
+    """The status line of an evaluation: its pass@k values and how long it took."""
+    parts = " ".join(f"{k[5:]}={v:.3f}" for k, v in m.items() if "/pass_at_" in k)
+    return f"[{run_name}] eval step {step}: {parts} ({m.get('time/eval', 0.0):.1f}s)"
+
+
+def peak_rss_mb() -> float:
+    """This process's peak resident memory so far, in MiB (Linux reports ru_maxrss in KiB)."""
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
 def finish_text(run_name: str, summary: Mapping[str, float], warm_start_s: float, *,

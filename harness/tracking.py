@@ -132,6 +132,11 @@ class Tracker:
         for start in range(0, len(params), 100):  # MLflow's batch limit
             _retry(self.client.log_batch, self.run_id, params=params[start : start + 100])
 
+    def summary_of(self, run_id: str) -> dict[str, float]:
+        """The summary metrics (``final/*``, ``start/*``) a finished run logged."""
+        metrics = self.client.get_run(run_id).data.metrics
+        return {k: v for k, v in metrics.items() if k.startswith(("final/", "start/"))}
+
     def log_metrics(self, metrics: dict[str, float], step: int) -> None:
         if not self.enabled or not metrics:
             return

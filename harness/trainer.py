@@ -33,30 +33,35 @@ import functools
 import json
 import logging
 import os
-import random
-import resource
 import signal
 import time
 from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import torch
 from omegaconf import DictConfig, OmegaConf
 
 from harness.algorithm import Algorithm, build_algorithm
 from harness.batch import RolloutBatch
 from harness.cells import HASH_TAG, CellPlan, plan_cell
-from harness.checkpoint import prune_checkpoints, restore_rng_state, rng_state, save_checkpoint
+from harness.checkpoint import (
+    prune_checkpoints,
+    restore_rng_state,
+    rng_state,
+    save_checkpoint,
+    seed_everything,
+)
 from harness.components import ConfigError, build
 from harness.config import validate_config
 from harness.evaluation import check_eval_sets, evaluate
 from harness.lifecycle import (
     RunInterrupted,
+    eval_line,
     eval_summary,
     finish_text,
     install_handlers,
+    peak_rss_mb,
     restore_handlers,
     status_line,
 )
@@ -74,12 +79,6 @@ log = logging.getLogger("rlbench")
 def process_rank() -> int:
     """Global rank under torchrun (0 otherwise)."""
     return int(os.environ.get("RANK", "0"))
-
-
-def seed_everything(seed: int) -> None:
-    random.seed(seed)
-    np.random.seed(seed)
-    torch.manual_seed(seed)
 
 
 class Trainer:
@@ -399,7 +398,9 @@ class Trainer:
         try:
             if self.setup().action == "skip":
                 status = "SKIPPED"
-                return self._skipped_summary()
+                log.info("[%s] skipped: %s (trainer.skip_finished=false runs it again)",
+                         self.run_name, self.plan.reason)
+                return self.tracker.summary_of(self.plan.run_id)
             summary = self._loop()
             status = "FINISHED"
             self._finish(summary)
@@ -418,7 +419,7 @@ class Trainer:
         cfg = self.cfg.trainer
         self._first_step = self.step
         if self.step == 0 and cfg.eval_at_start and cfg.eval_every > 0:
-            self._status(self.run_eval(), eval_line=True)
+            self._status(self.run_eval(), is_eval=True)
         while self.step < cfg.steps:
             metrics = self.train_step()
             self.step += 1
@@ -434,7 +435,7 @@ class Trainer:
                 self._status(metrics)
             last = self.step == cfg.steps or (cfg.max_wall_s and wall >= cfg.max_wall_s)
             if cfg.eval_every > 0 and (self.step % cfg.eval_every == 0 or last):
-                self._status(self.run_eval(), eval_line=True)
+                self._status(self.run_eval(), is_eval=True)
             if self._stop_signal is not None:
                 path = self.save()
                 log.warning("[%s] checkpoint written to %s", self.run_name, path)
@@ -462,9 +463,8 @@ class Trainer:
         return summary
 
     def _peak_mem(self) -> float:
-        """Peak resident memory in MiB (Linux reports ru_maxrss in KiB), the max over resumes."""
-        self.peak_mem_mb = max(self.peak_mem_mb,
-                               resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)
+        """Peak resident memory in MiB, the max over resumes."""
+        self.peak_mem_mb = max(self.peak_mem_mb, peak_rss_mb())
         return self.peak_mem_mb
 
     def _finish(self, summary: dict[str, float]) -> None:
@@ -483,18 +483,9 @@ class Trainer:
             experiment=cfg.tracking.experiment, output_dir=self.output_dir,
             checkpoint=self.last_checkpoint))
 
-    def _skipped_summary(self) -> dict[str, float]:
-        run_id = self.plan.run_id
-        log.info("[%s] skipped: %s (trainer.skip_finished=false runs it again)", self.run_name,
-                 self.plan.reason)
-        metrics = self.tracker.client.get_run(run_id).data.metrics
-        return {k: v for k, v in metrics.items() if k.startswith(("final/", "start/"))}
-
-    def _status(self, m: dict[str, float], eval_line: bool = False) -> None:
-        if eval_line:
-            parts = [f"{k[5:]}={v:.3f}" for k, v in m.items() if "/pass_at_" in k]
-            log.info("[%s] eval step %d: %s (%.1fs)", self.run_name, self.step, " ".join(parts),
-                     m.get("time/eval", 0.0))
+    def _status(self, m: dict[str, float], is_eval: bool = False) -> None:
+        if is_eval:
+            log.info(eval_line(self.run_name, self.step, m))
             return
         # ETA from this process's pace (evaluations included), not from a resumed run's start
         done = self.step - self._first_step
