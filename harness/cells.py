@@ -39,6 +39,7 @@ NON_SEMANTIC_KEYS = (
     "trainer.status_every",
     "backend.threads",  # these change float summation order only
     "backend.kv_cache",
+    "backend.shared_prefix",
     "trainer.length_bucketing",
     "model.cache_dir",
 )

@@ -111,6 +111,7 @@ class BackendConfig:
     threads: int = 0  # torch CPU threads; 0 = leave torch's default
     gen_batch_size: int = 1024  # most sequences generated in one batch
     kv_cache: str = "static"  # hf rollout: static (preallocated) | dynamic (transformers' cache)
+    shared_prefix: bool = True  # hf training forward: each distinct prompt run once per micro-batch
     vllm: VLLMBackendConfig = field(default_factory=VLLMBackendConfig)
     megatron: MegatronBackendConfig = field(default_factory=MegatronBackendConfig)
 

@@ -26,7 +26,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from harness.backends.kv_decode import CachedDecoder
+from harness.backends.kv_decode import CachedDecoder, shared_prefix_logits
 from harness.backends.kv_decode import supports as kv_supports
 from harness.batch import RolloutBatch
 from harness.models.multimodal import (
@@ -118,6 +118,8 @@ class HFEngine:
         # rollout KV cache: "static" = preallocated (kv_decode.py) where the model is covered,
         # "dynamic" = transformers' DynamicCache through the model's own forward
         self.kv_cache = getattr(backend_cfg, "kv_cache", "static")
+        # training forward: each distinct prompt of a micro-batch run once (kv_decode.py)
+        self.shared_prefix = bool(getattr(backend_cfg, "shared_prefix", True))
         self.pad_token_id = (
             self.tokenizer.pad_token_id
             if self.tokenizer.pad_token_id is not None
@@ -242,6 +244,7 @@ class HFEngine:
         done = torch.zeros(N, dtype=torch.bool, device=self.device)
         lengths = torch.full((N,), T, dtype=torch.long, device=self.device)
         next_pos = pos[..., -1:] + 1
+        live = torch.arange(N, device=self.device)  # the rows the decoder's cache still holds
         steps = 0
         stops = tuple(params.stop)
         keep = max((len(s) for s in stops), default=0)
@@ -273,7 +276,14 @@ class HFEngine:
             if bool(done.all()) or t == T - 1:
                 break
             if decoder is not None:
-                last = decoder.step(kv, nxt[:, None], next_pos)
+                # Finished rows leave the decode batch once they are a quarter of it (a response
+                # is ~60% of max_new_tokens on the tiny tasks). Sampling still draws over all N
+                # rows, so the generator's stream, and every live row's sample, is unchanged.
+                still = ~done[live]
+                if int(still.sum()) <= 0.75 * len(live):
+                    live = live[still]
+                    kv = kv.select(still.nonzero().squeeze(-1))
+                last[live] = decoder.step(kv, nxt[live, None], next_pos[live])
             else:
                 attn = torch.cat([attn, attn.new_ones((N, 1))], dim=1)
                 out = self.model(input_ids=nxt[:, None], attention_mask=attn,
@@ -353,8 +363,12 @@ class HFEngine:
         if mm is not None:
             mpos = mm_position_ids(model, ids, attn, mm)
             pos = pos if mpos is None else mpos
-        logits = model(input_ids=ids, attention_mask=attn, position_ids=pos,
-                       logits_to_keep=T + 1, **(mm or {})).logits[:, :T]
+        logits = None
+        if mm is None and self.shared_prefix and kv_supports(model):
+            logits = shared_prefix_logits(model, ids, attn, pos, T)
+        if logits is None:
+            logits = model(input_ids=ids, attention_mask=attn, position_ids=pos,
+                           logits_to_keep=T + 1, **(mm or {})).logits[:, :T]
         return token_logprobs_and_entropy(logits, mb["responses"].to(self.device), temperature,
                                           with_entropy, entropy_grad)
 

@@ -16,6 +16,13 @@ sampled ids, log-probs and entropies match the ``DynamicCache`` path within 1e-5
 Covered: decoder-only Qwen2 / Llama / Qwen3 (q/k norms) text models with full attention and a
 rotary embedding that does not depend on the sequence length. Anything else (VLMs, sliding
 windows, dynamic RoPE) keeps the ``DynamicCache`` path (:func:`supports`).
+
+Training reuses the rollout's idea: :func:`shared_prefix_logits` runs the prompt once per
+distinct prompt of a micro-batch (a GRPO group's n samples share it) and the responses over
+its keys and values, gathered per row, so autograd sums each prompt's gradient over its rows.
+On the tiny Countdown step (13 prompt + 12 response columns, 8 samples per prompt) that halves
+the update's forward and backward; log-probs and gradients equal the whole-row forward's up to
+float summation order (within 1e-5; ``tests/test_shared_prefix.py``).
 """
 
 from __future__ import annotations
@@ -40,6 +47,37 @@ def supports(model: Any) -> bool:
         return False
     inner = getattr(model, "model", None)
     return inner is not None and hasattr(inner, "layers") and hasattr(inner, "rotary_emb")
+
+
+def shared_prefix_logits(model: Any, ids: torch.Tensor, attn: torch.Tensor, pos: torch.Tensor,
+                         T: int) -> torch.Tensor | None:
+    """Logits [B, T, V] predicting the last ``T`` columns of ``ids`` [B, L] from the positions
+    before them, as ``model(ids, ...).logits[:, -T-1:-1]`` but with the first ``L - T`` columns
+    (the prompt) run once per distinct prompt. ``None`` when no two rows share a prompt or the
+    model's cache does not expose its layers (the caller then runs the whole rows)."""
+    P = ids.shape[1] - T
+    if P < 1 or T < 1:
+        return None
+    prompts, inverse = torch.unique(torch.cat([ids[:, :P], attn[:, :P]], 1), dim=0,
+                                    return_inverse=True)
+    U, B = prompts.shape[0], ids.shape[0]
+    if U == B:
+        return None
+    first = torch.full((U,), B, dtype=torch.long, device=ids.device).scatter_reduce_(
+        0, inverse, torch.arange(B, device=ids.device), "amin")  # a row holding each prompt
+    out = model(input_ids=prompts[:, :P], attention_mask=prompts[:, P:],
+                position_ids=pos[first, :P], use_cache=True, logits_to_keep=1)
+    cache = out.past_key_values
+    if not hasattr(cache, "layers"):
+        return None
+    for layer in cache.layers:  # the prompt's keys/values for each row; backward sums them
+        layer.keys, layer.values = layer.keys[inverse], layer.values[inverse]
+    head = out.logits[:, -1:][inverse]  # predicts the first response token
+    if T == 1:
+        return head
+    rest = model(input_ids=ids[:, P:-1], attention_mask=attn[:, :-1], position_ids=pos[:, P:-1],
+                 past_key_values=cache, use_cache=True).logits
+    return torch.cat([head, rest], 1)
 
 
 class KVCache:
@@ -73,6 +111,16 @@ class KVCache:
         out.bias = self.bias.new_zeros((B * n, 1, 1, out.max_len))
         out.bias[..., :filled] = self.bias[..., :filled].repeat_interleave(n, 0)
         out.length = filled
+        out.cos, out.sin, out.weights = self.cos, self.sin, self.weights
+        return out
+
+
+    def select(self, rows: torch.Tensor) -> KVCache:
+        """The cache of ``rows`` only (finished rows dropped from a decode batch); one copy."""
+        out = KVCache.__new__(KVCache)
+        out.keys = [k[rows] for k in self.keys]
+        out.values = [v[rows] for v in self.values]
+        out.bias, out.length, out.max_len = self.bias[rows], self.length, self.max_len
         out.cos, out.sin, out.weights = self.cos, self.sin, self.weights
         return out
 
