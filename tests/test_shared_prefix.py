@@ -20,9 +20,18 @@ from harness.types import SamplingParams
 TEXTS = ("3 6 7=15:", "1 2=3:", "10 2 5 9=27:")
 
 
-def engine(path: str, **backend) -> HFEngine:
+def engine(path: str, need_reference: bool = False, **backend) -> HFEngine:
     cfg = OmegaConf.structured(BackendConfig(threads=1, gen_batch_size=64, **backend))
-    return HFEngine(path, cfg, 0, OmegaConf.structured(OptimConfig))
+    return HFEngine(path, cfg, 0, OmegaConf.structured(OptimConfig),
+                    need_reference=need_reference)
+
+
+def whole_row_logprobs(model, batch: RolloutBatch) -> torch.Tensor:
+    T = batch["responses"].shape[1]
+    with torch.no_grad():
+        logits = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"],
+                       position_ids=batch["position_ids"], logits_to_keep=T + 1).logits[:, :T]
+    return torch.log_softmax(logits.float(), -1).gather(-1, batch["responses"][..., None])[..., 0]
 
 
 def group_batch(eng: HFEngine, n: int = 4) -> RolloutBatch:
@@ -124,3 +133,67 @@ def test_shared_prefix_is_on_by_default_and_keeps_the_config_hash():
     assert compose_config([]).backend.shared_prefix is True
     assert config_hash(compose_config(["backend.shared_prefix=false"])) == config_hash(
         compose_config([]))
+
+
+def test_same_ids_with_different_padding_are_different_prompts(tiny_model_path):
+    """A prompt may contain the pad id as a real token: ids alone would merge it with the
+    left-padded prompt of the same ids, and give it that prompt's keys."""
+    eng = engine(tiny_model_path)
+    pad, T = eng.pad_token_id, 3
+    rows = [([pad, 5, 6], [0, 1, 1]), ([pad, 5, 6], [1, 1, 1])] * 2
+    ids = torch.tensor([[*p, 7, 8, 9] for p, _ in rows])
+    attn = torch.tensor([[*m, 1, 1, 1] for _, m in rows])
+    pos = (attn.cumsum(-1) - 1).clamp(min=0)
+    with torch.no_grad():
+        shared = shared_prefix_logits(eng.model, ids, attn, pos, T)
+        whole = eng.model(input_ids=ids, attention_mask=attn, position_ids=pos,
+                          logits_to_keep=T + 1).logits[:, :T]
+    assert shared is not None
+    torch.testing.assert_close(shared, whole, atol=1e-5, rtol=0)
+
+
+def test_one_token_responses_keep_their_rows(tiny_model_path):
+    eng = engine(tiny_model_path)
+    prompts = [eng.tokenizer.encode(p, add_special_tokens=False) for p in TEXTS]
+    params = SamplingParams(n=3, temperature=1.0, max_new_tokens=1)
+    trajs = eng.generate(prompts, params, torch.Generator().manual_seed(4))
+    batch = RolloutBatch.from_trajectories(trajs, eng.pad_token_id)
+    batch = batch.select(torch.randperm(len(batch), generator=torch.Generator().manual_seed(1)))
+    assert batch["responses"].shape[1] == 1
+    logp, _ = eng.forward(batch, 1.0, with_entropy=False)
+    torch.testing.assert_close(logp.detach(), whole_row_logprobs(eng.model, batch),
+                               atol=1e-5, rtol=0)
+
+
+def test_reference_logprobs_come_from_the_reference_model(tiny_model_path):
+    """With a KL term the reference log-probs go through the same forward: they must be the
+    frozen reference's, not the policy's, after the policy has moved."""
+    eng = engine(tiny_model_path, need_reference=True)
+    batch = group_batch(eng)
+    with torch.no_grad():
+        for p in eng.model.parameters():
+            p.add_(0.05 * torch.randn_like(p))
+    ref = eng.logprobs(batch, 1.0, 0, reference=True)
+    mask = batch["response_mask"].bool()
+    expected, policy = whole_row_logprobs(eng.ref_model, batch), whole_row_logprobs(eng.model,
+                                                                                     batch)
+    assert float((expected - policy)[mask].abs().max()) > 1e-3  # the two models differ
+    torch.testing.assert_close(ref[mask], expected[mask], atol=1e-5, rtol=0)
+
+
+def test_models_the_decoder_does_not_cover_and_bf16_take_the_whole_row_forward(
+        tiny_model_path, monkeypatch):
+    eng = engine(tiny_model_path)
+    batch = group_batch(eng)
+    T = batch["responses"].shape[1]
+    calls = []
+    real = kv_decode.shared_prefix_logits
+    monkeypatch.setattr("harness.backends.hf.shared_prefix_logits",
+                        lambda *a, **k: calls.append(1) or real(*a, **k))
+    monkeypatch.setattr("harness.backends.hf.kv_supports", lambda model: False)
+    eng.forward(batch, 1.0)
+    assert calls == []  # e.g. a dynamic-RoPE Llama: the shared path is never tried
+    half = engine(tiny_model_path).model.to(torch.bfloat16)
+    with torch.no_grad():
+        assert shared_prefix_logits(half, batch["input_ids"], batch["attention_mask"],
+                                    batch["position_ids"], T) is None

@@ -21,8 +21,9 @@ Training reuses the rollout's idea: :func:`shared_prefix_logits` runs the prompt
 distinct prompt of a micro-batch (a GRPO group's n samples share it) and the responses over
 its keys and values, gathered per row, so autograd sums each prompt's gradient over its rows.
 On the tiny Countdown step (13 prompt + 12 response columns, 8 samples per prompt) that halves
-the update's forward and backward; log-probs and gradients equal the whole-row forward's up to
-float summation order (within 1e-5; ``tests/test_shared_prefix.py``).
+the update's forward and backward; in float32 log-probs and gradients equal the whole-row
+forward's up to summation order (within 1e-5; ``tests/test_shared_prefix.py``). Lower precision
+keeps the whole-row forward (see the function).
 """
 
 from __future__ import annotations
@@ -53,10 +54,15 @@ def shared_prefix_logits(model: Any, ids: torch.Tensor, attn: torch.Tensor, pos:
                          T: int) -> torch.Tensor | None:
     """Logits [B, T, V] predicting the last ``T`` columns of ``ids`` [B, L] from the positions
     before them, as ``model(ids, ...).logits[:, -T-1:-1]`` but with the first ``L - T`` columns
-    (the prompt) run once per distinct prompt. ``None`` when no two rows share a prompt or the
-    model's cache does not expose its layers (the caller then runs the whole rows)."""
+    (the prompt) run once per distinct prompt. ``None`` when no two rows share a prompt, the
+    model is not float32, checkpoints its activations (no cache then) or its cache does not
+    expose its layers: the caller then runs the whole rows. In bf16 the two paths round
+    differently (log-probs ~5e-4 apart), which would make a row's log-prob depend on whether
+    its micro-batch holds a sibling, so low precision keeps the whole-row forward."""
     P = ids.shape[1] - T
-    if P < 1 or T < 1:
+    if P < 1 or T < 1 or next(model.parameters()).dtype != torch.float32:
+        return None
+    if getattr(model, "is_gradient_checkpointing", False) and model.training:
         return None
     prompts, inverse = torch.unique(torch.cat([ids[:, :P], attn[:, :P]], 1), dim=0,
                                     return_inverse=True)
