@@ -48,3 +48,18 @@ def cli_env(tmp_path: Path, model_cache: Path) -> dict[str, str]:
     env["RLBENCH_CACHE"] = str(model_cache)
     env["MLFLOW_TRACKING_URI"] = f"sqlite:///{tmp_path / 'mlruns.db'}"
     return env
+
+
+def rollout_batch(cfg, prompts_per_step: int):
+    """A set-up ``Trainer`` for ``cfg`` and one batch sampled by its algorithm's rollout, as a
+    training step would (no update yet): for tests that drive ``Trainer.update`` by hand."""
+    from harness.rollout import RolloutContext
+    from harness.trainer import Trainer
+
+    tr = Trainer(cfg)
+    tr._t_start = 0.0
+    tr.setup()
+    ctx = RolloutContext(engine=tr.engine, task=tr.task, draw_prompts=tr.sampler.draw,
+                         prompts_per_step=prompts_per_step, sampling=tr.sampling,
+                         shape_rewards=tr.algorithm.shape_rewards)
+    return tr, tr.algorithm.rollout(ctx)

@@ -11,7 +11,7 @@ import torch
 from mlflow.tracking import MlflowClient
 
 from algorithms.lpo import lpo_group_loss, sequence_scores
-from tests.conftest import make_config
+from tests.conftest import make_config, rollout_batch
 
 # -- the real trainer: two passes across micro-batches, and an end-to-end run ---------------------
 SMALL = ["trainer.steps=2", "trainer.eval_every=2", "trainer.checkpoint_every=0",
@@ -22,18 +22,9 @@ SMALL = ["trainer.steps=2", "trainer.eval_every=2", "trainer.checkpoint_every=0"
 @pytest.mark.parametrize("name", ["lpo_fwd", "lpo_rev"])
 def test_trainer_update_gradient_equals_direct_autograd_on_whole_groups(tmp_path, model_cache,
                                                                        name):
-    from harness.rollout import RolloutContext
-    from harness.trainer import Trainer
-
     cfg = make_config(tmp_path, model_cache, *SMALL, f"algorithm={name}",
                       "tracking.enabled=false", "trainer.micro_batch_size=3")
-    tr = Trainer(cfg)
-    tr._t_start = 0.0
-    tr.setup()
-    ctx = RolloutContext(engine=tr.engine, task=tr.task, draw_prompts=tr.sampler.draw,
-                         prompts_per_step=4, sampling=tr.sampling,
-                         shape_rewards=tr.algorithm.shape_rewards)
-    batch = tr.algorithm.rollout(ctx)
+    tr, batch = rollout_batch(cfg, 4)
     old = tr.engine.logprobs(batch, 1.0, 0)
     g = torch.Generator().manual_seed(0)
     batch["old_logprobs"] = old + 0.5 * torch.randn(old.shape, generator=g) * batch["response_mask"]

@@ -10,7 +10,7 @@ import torch
 from mlflow.tracking import MlflowClient
 
 from harness.trainer import PromptSampler, Trainer
-from tests.conftest import make_config
+from tests.conftest import make_config, rollout_batch
 
 SMALL = [
     "trainer.steps=3", "trainer.eval_every=2", "trainer.checkpoint_every=2",
@@ -69,15 +69,7 @@ def test_resume_continues_the_same_run_from_its_checkpoint(tmp_path, model_cache
 def _prepared_trainer(tmp_path, model_cache, *overrides):
     cfg = make_config(tmp_path, model_cache, *SMALL, "tracking.enabled=false",
                       "data.prompts_per_step=8", *overrides)
-    tr = Trainer(cfg)
-    tr._t_start = 0.0
-    tr.setup()
-    from harness.rollout import RolloutContext
-
-    ctx = RolloutContext(engine=tr.engine, task=tr.task, draw_prompts=tr.sampler.draw,
-                         prompts_per_step=8, sampling=tr.sampling,
-                         shape_rewards=tr.algorithm.shape_rewards)
-    batch = tr.algorithm.rollout(ctx)
+    tr, batch = rollout_batch(cfg, 8)
     batch["old_logprobs"] = tr.engine.logprobs(batch, 1.0, 0)
     # make sure both zero- and non-zero-advantage groups exist
     batch["rewards"] = (torch.arange(len(batch)) % 3 == 0).float() * (batch["group_index"] % 2)
