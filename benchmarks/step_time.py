@@ -14,8 +14,8 @@ What it measures
     TRL step (outside its timed span) the same callback runs one rlbench step, so a burst of
     load from other processes hits both sides alike; ``--sequential`` runs all rlbench steps
     first, then TRL. Warm-up steps are discarded on both sides; the medians and means of the
-    measured steps are printed with the ratio rlbench / TRL. The goal of the issue, reported
-    rather than tested, is a ratio of at most 0.5.
+    measured steps are printed with the ratio rlbench / TRL. The goal (issue 19), reported
+    rather than tested, is a ratio of at most 0.30, the median of three runs.
 
 How to run
     python benchmarks/step_time.py --threads 2
@@ -79,7 +79,7 @@ from trl_side import (
     trl_mismatches,
 )
 
-GOAL_RATIO = 0.5
+GOAL_RATIO = 0.30  # issue 19 (it was 0.5 before)
 RLBENCH_STAGES = ("gen", "reward", "old_logprob", "ref", "adv", "update")
 
 
