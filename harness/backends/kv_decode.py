@@ -104,30 +104,30 @@ class KVCache:
     def repeat_interleave(self, n: int, extra: int = 0) -> KVCache:
         """Each row ``n`` times (a prompt's samples share its prefill), with ``extra`` more free
         columns; one copy of the filled part."""
-        filled = self.length
-        out = KVCache.__new__(KVCache)
-        out.max_len = self.max_len + extra
+        filled, max_len = self.length, self.max_len + extra
         B, H, _, D = self.keys[0].shape
-        out.keys, out.values = [], []
-        for k, v in zip(self.keys, self.values):
-            for src, dst in ((k, out.keys), (v, out.values)):
-                buf = src.new_empty((B * n, H, out.max_len, D))
-                buf[:, :, :filled] = src[:, :, :filled].repeat_interleave(n, 0)
-                dst.append(buf)
-        out.bias = self.bias.new_zeros((B * n, 1, 1, out.max_len))
-        out.bias[..., :filled] = self.bias[..., :filled].repeat_interleave(n, 0)
-        out.length = filled
-        out.cos, out.sin, out.weights = self.cos, self.sin, self.weights
-        return out
 
+        def grown(src: torch.Tensor) -> torch.Tensor:
+            buf = src.new_empty((B * n, H, max_len, D))
+            buf[:, :, :filled] = src[:, :, :filled].repeat_interleave(n, 0)
+            return buf
+
+        bias = self.bias.new_zeros((B * n, 1, 1, max_len))
+        bias[..., :filled] = self.bias[..., :filled].repeat_interleave(n, 0)
+        return self._with([grown(k) for k in self.keys], [grown(v) for v in self.values], bias,
+                          max_len)
 
     def select(self, rows: torch.Tensor) -> KVCache:
         """The cache of ``rows`` only (finished rows dropped from a decode batch); one copy."""
+        return self._with([k[rows] for k in self.keys], [v[rows] for v in self.values],
+                          self.bias[rows], self.max_len)
+
+    def _with(self, keys: list[torch.Tensor], values: list[torch.Tensor], bias: torch.Tensor,
+              max_len: int) -> KVCache:
+        """A cache over new buffers, sharing this one's fill level and per-batch tables."""
         out = KVCache.__new__(KVCache)
-        out.keys = [k[rows] for k in self.keys]
-        out.values = [v[rows] for v in self.values]
-        out.bias, out.length, out.max_len = self.bias[rows], self.length, self.max_len
-        out.cos, out.sin, out.weights = self.cos, self.sin, self.weights
+        out.keys, out.values, out.bias, out.max_len = keys, values, bias, max_len
+        out.length, out.cos, out.sin, out.weights = self.length, self.cos, self.sin, self.weights
         return out
 
 
