@@ -36,6 +36,7 @@ from mlflow.tracking import MlflowClient
 from harness.cells import NON_SEMANTIC_KEYS
 from harness.manifest import NOT_CODE
 from harness.report.collect import EXPORTED_ID_TAG
+from harness.report.config import BoardError
 from harness.report.tables import Run
 
 __all__ = ["Checkout", "checkout", "clean_checkout", "display_tracking_uri", "export_runs",
@@ -81,8 +82,6 @@ def checkout(out: Path) -> Checkout:
 def clean_checkout(out: Path, allow_dirty: bool) -> Checkout:
     """:func:`checkout`, refused (:class:`BoardError`, exit 2) when it has uncommitted changes
     unless ``allow_dirty``: a board names the code it was built with."""
-    from harness.report.config import BoardError
-
     state = checkout(out)
     if state.dirty and not allow_dirty:
         shown = ", ".join(state.dirty[:5]) + (", ..." if len(state.dirty) > 5 else "")
@@ -128,22 +127,18 @@ def _sweep_params(name: str) -> dict[str, set[str]] | None:
     return {str(k): {v.strip() for v in str(vals).split(",")} for k, vals in params.items()}
 
 
+def _number(text: str) -> float | None:
+    try:
+        return float(text)
+    except ValueError:
+        return None
+
+
 def _swept(value: str, values: set[str]) -> bool:
     """Is ``value`` one the sweep makes? Hydra writes a swept ``1e-4`` back as ``0.0001``, so
     numbers compare as numbers."""
-    if value in values:
-        return True
-    try:
-        number = float(value)
-    except ValueError:
-        return False
-    for option in values:
-        try:
-            if float(option) == number:
-                return True
-        except ValueError:
-            continue
-    return False
+    number = _number(value)
+    return value in values or (number is not None and number in {_number(v) for v in values})
 
 
 def _harmless(key: str) -> bool:
