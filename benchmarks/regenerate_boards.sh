@@ -40,12 +40,15 @@ run() {
     geometry3k-tiny)
       rlbench pretrain model=tiny_vlm task=geometry3k_tiny
       board geometry3k-tiny geometry3k_tiny geometry3k-tiny ;;
+    lantern)  # its own track: one process, its own sweep and board writer
+      rlbench sweep track=lantern sweep=targets
+      rlbench board --track lantern --out leaderboards/lantern ;;
     *) echo "unknown board $1" >&2; exit 2 ;;
   esac
 }
 
 BOARDS=(countdown-baselines testbed-onpolicy testbed-offpolicy lpo-lr-tuned testbed-rollout
-        testbed-agentic math-tiny code-tiny geometry3k-tiny)
+        testbed-agentic math-tiny code-tiny geometry3k-tiny lantern)
 (( $# )) && BOARDS=("$@")
 rlbench pretrain model=tiny task=countdown
 for name in "${BOARDS[@]}"; do run "$name"; done
