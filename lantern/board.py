@@ -29,6 +29,7 @@ import shlex
 import sys
 from collections import defaultdict
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 from matplotlib.backends.backend_agg import FigureCanvasAgg
@@ -96,8 +97,8 @@ def _plot(path: Path, curves: dict[str, tuple[np.ndarray, np.ndarray]], title: s
     fig.savefig(path, format="png", metadata={"Software": None})
 
 
-REPRODUCE = ("Reproduce (from the repository root): `rlbench sweep track=lantern sweep=targets`, "
-             "then `rlbench board --track lantern --out leaderboards/lantern`.")
+COMMANDS = ("`rlbench sweep track=lantern sweep=targets`, "
+            "then `rlbench board --track lantern --out leaderboards/lantern`.")
 
 
 def _cells(runs: list) -> tuple[dict[str, dict[str, object]], list[tuple[str, str, list]]]:
@@ -216,6 +217,11 @@ def _diff(rec: dict, col: str, base: str) -> str:
     return f"{rec[key]:+.1f} [{rec[key + ' low']:+.1f}, {rec[key + ' high']:+.1f}]{mark}"
 
 
+def _commit(run: Any) -> str:
+    sha = run.data.tags.get("rlbench.git_commit", "unrecorded")
+    return sha + ("+dirty" if run.data.tags.get("rlbench.git_dirty") == "True" else "")
+
+
 def _provenance(runs: list) -> str:
     """Which commits the runs came from (tag ``rlbench.git_commit``, ``rlbench.git_dirty``) and
     the summed wall time of their cells (``final/wall_s``)."""
@@ -277,7 +283,8 @@ def build_board(uri: str, experiment: str = "lantern", out: str = "leaderboards/
               + (f" ({n_dup} duplicate runs of a cell left out: listed on their task's page)"
                  if n_dup else "") + ". Intervals and paired differences against both "
               "from-scratch baselines: each task's page; the runs behind each page are "
-              "exported beside it (`runs.jsonl.gz`).", "", f"- {REPRODUCE}",
+              "exported beside it (`runs.jsonl.gz`).", "",
+              f"- Reproduce ({provenance.where(map(_commit, runs))}): {COMMANDS}",
               f"- Board built at commit `{state.describe(allow_dirty)}`.",
               f"- {_provenance(runs)}", ""]
     (root / "README.md").write_text("\n".join(lines))

@@ -251,7 +251,10 @@ def test_markdown_header_and_traceability(store):
     for run_id, _ in store["runs"].values():
         assert run_id in md
     readme = (store["out"] / "README.md").read_text()
-    assert "(countdown-tiny/tiny/leaderboard.md)" in readme and "best **drgrpo**" in readme
+    line = next(x for x in readme.splitlines() if "(countdown-tiny/tiny/leaderboard.md)" in x)
+    # the top row by mean is named as such, never "best", beside the Holm survivors
+    assert "highest mean heldout pass@1: **drgrpo**" in line and "best" not in line
+    assert re.search(r"; \d+ of \d+ paired comparisons significant after Holm;", line)
     # the index names the command, the git commit and the date of every leaderboard
     entry = readme.split("(countdown-tiny/tiny/leaderboard.md)")[1]
     assert "made by `rlbench board --tracking-uri sqlite:///mlruns.db --experiment rlbench" in entry
@@ -396,3 +399,23 @@ def test_leaderboard_logged_to_mlflow(store, tmp_path):
         [float(rows[a]["heldout/pass_at_1/final_mean"]) for a in ("drgrpo", "dapo", "grpo")])
     assert [r["heldout/pass_at_1/vs_baseline_pairs"] for r in df] == [2, 3, 0]
     assert run.data.params["baseline"] == "grpo"
+
+
+def test_index_line_names_the_top_mean_and_counts_only_holm_survivors():
+    from harness.report.board import _summary
+    from harness.report.stats import interval
+    from harness.report.tables import Row, Spec
+
+    spec = Spec("heldout", "pass", 1)
+
+    def row(key: str, values: list[float], holm: dict[str, float]) -> Row:
+        r = Row(key=key, label=key, algorithm=key, variant="", temperature="1.0", runs={})
+        r.final[spec.name], r.holm = interval(values), holm
+        return r
+
+    top = row("dapo", [0.3, 0.31], {spec.name: 0.2, "entropy": 0.01})
+    base = row("grpo", [0.2, 0.21], {})
+    line = _summary([top, base], spec, family=2, confidence=0.95)
+    assert line.startswith("highest mean heldout pass@1: **dapo** 0.305")
+    assert line.endswith("; 1 of 2 paired comparisons significant after Holm")  # 0.01 only
+    assert _summary([base], spec, 0, 0.95).startswith("one row, **grpo**: heldout pass@1 0.205")

@@ -8,6 +8,10 @@ from __future__ import annotations
 import csv
 import functools
 import math
+import os
+import subprocess
+import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -20,6 +24,8 @@ from harness.report.board import build_leaderboards as _build
 from harness.report.mlflow_log import KIND_TAG, LEADERBOARD
 from harness.report.plots import ALGORITHM_ORDER, Curve, plot_curves, style
 from harness.report.stats import interval
+
+ROOT = Path(__file__).resolve().parents[1]
 
 build_leaderboards = functools.partial(_build, allow_dirty=True)
 TUNED = "conf/board/lpo_lr_tuned.yaml"
@@ -209,7 +215,13 @@ def test_one_colour_per_algorithm_on_every_board_and_16_rows_distinguishable():
     assert style("lpo_fwd", 0).color == style("lpo_fwd", 3).color  # a variant keeps the colour
     looks = {(style("lpo_fwd", i).linestyle, style("lpo_fwd", i).marker) for i in range(16)}
     assert len(looks) == 16
-    assert style("my_plugin_alg").color == style("my_plugin_alg").color  # stable, not hash()
+    # a plugin's colour is the same in every process: two interpreters with different string
+    # hash seeds (a colour from hash() would differ between them)
+    probe = "from harness.report.plots import style; print(style('my_plugin_alg').color)"
+    seen = {subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
+                           check=True, cwd=ROOT, env={**os.environ, "PYTHONHASHSEED": seed}
+                           ).stdout for seed in ("1", "2")}
+    assert len(seen) == 1 and "(" in seen.pop()
 
 
 def test_plot_marks_evaluations_and_bands_are_the_tables_interval(tmp_path):

@@ -61,7 +61,9 @@ def test_index_names_the_commit_and_the_two_commands_and_the_runs_are_exported(t
     written = board.build_board(uri, out=str(tmp_path / "lb"), log_to_mlflow=False)
     index = (tmp_path / "lb" / "README.md").read_text()
     assert f"Board built at commit `{'c' * 40}`." in index
-    assert board.REPRODUCE in index and "sweep=targets" in board.REPRODUCE
+    assert (f"- Reproduce (from the repository root, at the runs' commit `{'f' * 12}`): "
+            "`rlbench sweep track=lantern sweep=targets`, then `rlbench board --track lantern "
+            "--out leaderboards/lantern`.") in index
     export = tmp_path / "lb" / "office_cmo" / "runs.jsonl.gz"
     assert export in written
     assert sorted(r["run_id"] for r in read_export(export)) == sorted(ids)  # duplicates too

@@ -362,10 +362,20 @@ def _write_group(client: MlflowClient, history: History, d: Path, title: str, gr
                 for r in c.runs.values()]
         files.append(export_runs(client, ids, d / EXPORT))
     group.page, group.records = page, records  # for the MLflow leaderboard run
-    best = rows[0]
-    summary = (f"best **{best.key}**, {prim.title} {cell(best.final[prim.name])}"
-               if prim else "no final pass@k metrics")
-    return files, summary
+    return files, _summary(rows, prim, family, cfg.confidence)
+
+
+def _summary(rows: list[Row], prim: Spec | None, family: int, confidence: float) -> str:
+    """The index line of a page: the top row by mean, never called "best" (a higher mean is
+    not a difference), with how many of the page's paired comparisons survive Holm."""
+    if prim is None:
+        return "no final pass@k metrics"
+    top = rows[0]
+    if len(rows) == 1:
+        return f"one row, **{top.key}**: {prim.title} {cell(top.final[prim.name])}"
+    kept = sum(p < 1.0 - confidence for row in rows for p in row.holm.values())
+    return (f"highest mean {prim.title}: **{top.key}** {cell(top.final[prim.name])}; "
+            f"{kept} of {family} paired comparisons significant after Holm")
 
 
 def _log(client: MlflowClient, exp_id: str, group: Group, key: tuple[str, str, str],

@@ -177,8 +177,17 @@ def reproduce(runs: list[Run], board_cmd: str) -> str:
         why += [f"{unknown} run(s) did not record their overrides"] if unknown else []
         return (f"- Reproduce: not by two commands: runs of sweep `{sweep}` had overrides it "
                 f"does not make: {', '.join(why)}.")
-    return (f"- Reproduce (from the repository root): `rlbench sweep sweep={sweep}`, then "
-            f"`{board_cmd}`.")
+    return (f"- Reproduce ({where(getattr(r, 'commit', '') for r in runs)}): "
+            f"`rlbench sweep sweep={sweep}`, then `{board_cmd}`.")
+
+
+def where(commits: Iterable[str]) -> str:
+    """Where a board's two commands reproduce it: the repository root, at the runs' commit when
+    they share one clean commit (at another commit the code, and so the numbers, may differ)."""
+    seen = set(commits)
+    if len(seen) == 1 and (sha := seen.pop()) and "+" not in sha and sha != "unrecorded":
+        return f"from the repository root, at the runs' commit `{sha[:12]}`"
+    return "from the repository root"
 
 
 # ---------------------------------------------------------------------------------- export
