@@ -92,6 +92,9 @@ def test_selection_grid_and_choice_on_the_page_and_in_mlflow(tuned):
     sel = tuned["md"].split("## Selection\n", 1)[1].split("\n## ", 1)[0]
     assert "| row | lr=0.0001 | lr=0.0003 | lr=0.001 |" in sel
     assert "| grpo | 0.201 ± " in sel and "| **0.251 ± 0.002 (3)** ✓ |" in sel
+    # the header counts the runs shown and the grid the choice was read from
+    assert ("- Generated from 6 finished runs at the selected values; the selection read all 18 "
+            "runs of the grid (Selection).") in tuned["md"]
     client = MlflowClient(tuned["uri"])
     exp = client.get_experiment_by_name("lpo_lr_tuning").experiment_id
     (run,) = client.search_runs([exp], f"tags.`{KIND_TAG}` = '{LEADERBOARD}'")

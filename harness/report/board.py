@@ -333,10 +333,13 @@ def _write_group(client: MlflowClient, history: History, d: Path, title: str, gr
     outside, within = distinguishing_keys(rows)
     n_dup = sum(len(rs) - 1 for _, _, rs in group.duplicates)
     excl = sum(group.excluded.values())
+    n_grid = sum(len(c.runs) for grid in group.candidates.values() for c in grid)
     page_head = [*head, f"- Pairing config: `{cfg.source}`; default baseline `{default}`.",
                  commits_line(Counter(r.commit for r in group.runs)),
                  f"- Generated from {group.n_used + n_dup} finished runs"
                  + (f" ({n_dup} duplicates)" if n_dup else "")
+                 + (f" at the selected values; the selection read all {n_grid} runs of the "
+                    "grid (Selection)" if n_grid else "")
                  + ("; runs in other statuses excluded[^excluded]." if excl else "."),
                  f"- Primary metric: {prim.title} (final)." if prim else
                  "- No `final/<set>/pass_at_<k>` metrics were logged."]
