@@ -25,7 +25,7 @@ ROOT = Path(__file__).resolve().parents[1]
 build_leaderboards = functools.partial(_build, allow_dirty=True, log_to_mlflow=False)
 # Committed boards made before issue 20, to be regenerated from their named sweeps (then each
 # README carries its "Reproduce" line and the board leaves this list).
-LEGACY = {"geometry3k-tiny", "lantern"}
+LEGACY = {"geometry3k-tiny"}
 
 
 def _store(tmp_path, sweep_tags, extra=()):
