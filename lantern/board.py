@@ -227,9 +227,8 @@ def _provenance(runs: list) -> str:
     the summed wall time of their cells (``final/wall_s``)."""
     commits: dict[str, int] = defaultdict(int)
     for r in runs:
-        sha = r.data.tags.get("rlbench.git_commit", "unrecorded")
-        dirty = r.data.tags.get("rlbench.git_dirty") == "True"
-        commits[sha[:12] + (" (uncommitted changes)" if dirty else "")] += 1
+        sha = _commit(r)
+        commits[sha[:12] + (" (uncommitted changes)" if sha.endswith("+dirty") else "")] += 1
     wall = sum(r.data.metrics.get("final/wall_s", 0.0) for r in runs)
     listed = ", ".join(f"`{c}` ({n} runs)" for c, n in sorted(commits.items()))
     return f"Runs from commit {listed}; the cells' wall time sums to {wall / 60:.1f} min."
