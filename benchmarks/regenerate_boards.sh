@@ -6,6 +6,7 @@
 #   bash benchmarks/regenerate_boards.sh                     every board (hours: leaderboards/README.md)
 #   bash benchmarks/regenerate_boards.sh testbed-offpolicy   one or more boards by name
 # The warm starts some sweeps need are built first, so two joblib workers never both build one.
+# Keep logs outside the checkout: rlbench board refuses untracked files as uncommitted changes.
 set -euo pipefail
 LAUNCH=(hydra/launcher=joblib hydra.launcher.n_jobs="${N_JOBS:-2}" backend.threads=1
         trainer.status_every=20)
