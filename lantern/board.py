@@ -218,7 +218,8 @@ def _diff(rec: dict, col: str, base: str) -> str:
 
 
 def _commit(run: Any) -> str:
-    sha = run.data.tags.get("rlbench.git_commit", "unrecorded")
+    """``<sha>``, ``<sha>+dirty``, or ``""`` when the run recorded no commit."""
+    sha = run.data.tags.get("rlbench.git_commit", "")
     return sha + ("+dirty" if run.data.tags.get("rlbench.git_dirty") == "True" else "")
 
 
@@ -228,7 +229,8 @@ def _provenance(runs: list) -> str:
     commits: dict[str, int] = defaultdict(int)
     for r in runs:
         sha = _commit(r)
-        commits[sha[:12] + (" (uncommitted changes)" if sha.endswith("+dirty") else "")] += 1
+        commits[(sha[:12] or "unrecorded")
+                + (" (uncommitted changes)" if sha.endswith("+dirty") else "")] += 1
     wall = sum(r.data.metrics.get("final/wall_s", 0.0) for r in runs)
     listed = ", ".join(f"`{c}` ({n} runs)" for c, n in sorted(commits.items()))
     return f"Runs from commit {listed}; the cells' wall time sums to {wall / 60:.1f} min."

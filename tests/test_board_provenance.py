@@ -291,15 +291,11 @@ NOT_YET_AT_ONE_COMMIT = {"countdown-baselines", "testbed-onpolicy", "testbed-off
 
 
 def test_every_regenerated_board_has_its_runs_at_the_one_clean_commit():
-    import gzip
-
     boards = {p.name for p in (ROOT / "leaderboards").iterdir() if p.is_dir()}
     assert boards >= NOT_YET_AT_ONE_COMMIT
     for board in sorted(boards - NOT_YET_AT_ONE_COMMIT):
-        seen = set()
-        for export in (ROOT / "leaderboards" / board).glob("**/runs.jsonl.gz"):
-            with gzip.open(export, "rt") as f:
-                tags = [json.loads(line)["tags"] for line in f]
-            seen |= {(t.get("rlbench.git_commit", "")[:12], t.get("rlbench.git_dirty", "").lower())
-                     for t in tags}
+        tags = [r["tags"] for export in (ROOT / "leaderboards" / board).glob("**/runs.jsonl.gz")
+                for r in read_export(export)]
+        seen = {(t.get("rlbench.git_commit", "")[:12], t.get("rlbench.git_dirty", "").lower())
+                for t in tags}
         assert seen == {(ONE_COMMIT, "false")}, f"{board}: runs at {sorted(seen)}"

@@ -376,7 +376,7 @@ def _summary(rows: list[Row], prim: Spec | None, family: int, confidence: float)
     top = rows[0]
     if len(rows) == 1:
         return f"one row, **{top.key}**: {prim.title} {cell(top.final[prim.name])}"
-    kept = sum(p < 1.0 - confidence for row in rows for p in row.holm.values())
+    kept = sum(row.survives_holm(name, confidence) for row in rows for name in row.holm)
     return (f"highest mean {prim.title}: **{top.key}** {cell(top.final[prim.name])}; "
             f"{kept} of {family} paired comparisons significant after Holm")
 

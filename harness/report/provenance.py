@@ -185,7 +185,7 @@ def where(commits: Iterable[str]) -> str:
     """Where a board's two commands reproduce it: the repository root, at the runs' commit when
     they share one clean commit (at another commit the code, and so the numbers, may differ)."""
     seen = set(commits)
-    if len(seen) == 1 and (sha := seen.pop()) and "+" not in sha and sha != "unrecorded":
+    if len(seen) == 1 and (sha := seen.pop()) and "+" not in sha:
         return f"from the repository root, at the runs' commit `{sha[:12]}`"
     return "from the repository root"
 

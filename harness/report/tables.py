@@ -154,6 +154,10 @@ class Row:
 
         return sorted(self.runs, key=key)
 
+    def survives_holm(self, name: str, confidence: float) -> bool:
+        """Whether the paired comparison ``name`` stays significant after Holm's correction."""
+        return self.holm.get(name, 1.0) < 1.0 - confidence
+
     @property
     def run_ids(self) -> list[tuple[str, str]]:
         """(seed, shown run id) in seed order."""
@@ -244,7 +248,7 @@ def paired_table(rows: list[Row], specs: list[Spec], confidence: float) -> list[
             iv = r.vs.get(name)
             text = "—" if iv is None else cell(iv, signed=True)
             if iv is not None and iv.excludes_zero:
-                text += MARK + (HOLM_MARK if r.holm.get(name, 1.0) < 1 - confidence else "")
+                text += MARK + (HOLM_MARK if r.survives_holm(name, confidence) else "")
             col.append(text)
         cols.append(col)
     return _table(["#", "row", "baseline", *(f"Δ {t}" for _, t in names)], cols)
