@@ -285,7 +285,7 @@ def test_reproduce_names_a_commit_only_when_every_run_shares_one_clean_commit():
 # Issue 20: every committed board's runs at one clean commit. Boards still to be regenerated
 # there are listed; a regenerated board leaves the list and is then held to the commit.
 ONE_COMMIT = "28e09c2536ef"
-NOT_YET_AT_ONE_COMMIT = {"testbed-agentic", "geometry3k-tiny"}
+NOT_YET_AT_ONE_COMMIT = {"geometry3k-tiny"}
 
 
 def test_every_regenerated_board_has_its_runs_at_the_one_clean_commit():
