@@ -1,4 +1,5 @@
-"""Shared fixtures: a quickly warm-started tiny model in a temporary cache, and configs."""
+"""Shared fixtures: a quickly warm-started tiny model in a temporary cache, configs, and a host
+uid of its own for tests of the sandbox's rlimits fallback."""
 
 from __future__ import annotations
 
@@ -63,3 +64,19 @@ def rollout_batch(cfg, prompts_per_step: int):
                          prompts_per_step=prompts_per_step, sampling=tr.sampling,
                          shape_rewards=tr.algorithm.shape_rewards)
     return tr, tr.algorithm.rollout(ctx)
+
+
+@pytest.fixture
+def own_host_uid(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A root grader's sandboxes run as one host uid (default nobody); without namespaces (the
+    rlimits fallback) RLIMIT_NPROC counts every process of that uid on the host, so a fork bomb
+    of the hostile suite on the other xdist worker made a fallback sandbox fail to start
+    (setpriv: Resource temporarily unavailable). Tests of the fallback get a uid no process has
+    (``RLBENCH_SANDBOX_HOST_ID``, docs/sandbox.md), as a grader should be given."""
+    from harness.sandbox import layers
+    from tests.hostile.outer import free_uid
+
+    if os.geteuid() == 0:
+        uid = free_uid(start=62000)
+        monkeypatch.setenv(layers.HOST_ID_VAR, f"{uid}:{uid}")
+

@@ -79,7 +79,7 @@ def test_a_background_process_dies_with_the_run():
     assert marker not in ps
 
 
-def test_fallback_runs_with_rlimits_and_warns_once(monkeypatch, capfd):
+def test_fallback_runs_with_rlimits_and_warns_once(own_host_uid, monkeypatch, capfd):
     monkeypatch.setenv(sb.ENV_VAR, "rlimits")
     monkeypatch.setattr(layers, "_announced", set())
     with pytest.warns(RuntimeWarning, match="missing namespaces"):
@@ -94,7 +94,7 @@ def test_fallback_runs_with_rlimits_and_warns_once(monkeypatch, capfd):
     assert "weaker than configured" not in capfd.readouterr().err
 
 
-def test_insisting_on_bubblewrap_without_it_fails_loudly(monkeypatch):
+def test_insisting_on_bubblewrap_without_it_fails_loudly(own_host_uid, monkeypatch):
     monkeypatch.setenv(sb.ENV_VAR, "bwrap")
     real_which = layers.shutil.which
     monkeypatch.setattr(layers.shutil, "which",
@@ -159,7 +159,7 @@ def test_python_executable_is_the_base_interpreter():
     assert ".venv" not in sb.python_executable() or sys.prefix == sys.base_prefix
 
 
-def test_the_fork_server_also_works_in_the_fallback(monkeypatch):
+def test_the_fork_server_also_works_in_the_fallback(own_host_uid, monkeypatch):
     monkeypatch.setenv(sb.ENV_VAR, "rlimits")
     server = ForkServer()
     try:

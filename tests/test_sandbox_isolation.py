@@ -45,7 +45,7 @@ def test_a_missing_cgroup_is_detected_and_refused_naming_what_is_not_enforced(mo
     assert "cgroup" in text and "NOT enforced: group limits" in text and "\n" not in text
 
 
-def test_a_machine_without_namespaces_is_refused(monkeypatch):
+def test_a_machine_without_namespaces_is_refused(own_host_uid, monkeypatch):
     monkeypatch.setenv(layers.ENV_VAR, "rlimits")
     with pytest.raises(layers.WeakerIsolationError, match="missing namespaces"):
         layers.require(allow_weaker=False)
