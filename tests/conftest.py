@@ -77,6 +77,6 @@ def own_host_uid(monkeypatch: pytest.MonkeyPatch) -> None:
     from tests.hostile.outer import free_uid
 
     if os.geteuid() == 0:
+        # not the hostile suite's range: its non-root run takes the first free uid from 61000
         uid = free_uid(start=62000)
         monkeypatch.setenv(layers.HOST_ID_VAR, f"{uid}:{uid}")
-
