@@ -44,6 +44,10 @@ CASES = [
     ("eval of a missing checkpoint", ["eval", "checkpoint=/nope"],
      ["checkpoint='/nope': no checkpoint there"]),
     ("an unknown flag", ["train", "--cfg", "everything"], ["--cfg everything", "--cfg job"]),
+    ("board --runs where there is no export", ["board", "--runs", "/nope"],
+     ["--runs /nope: no runs.jsonl.gz there", "a board folder"]),
+    ("board --runs with a tracking URI", ["board", "--runs", "x", "--tracking-uri",
+                                          "sqlite:///a.db"], ["--runs", "drop --tracking-uri"]),
 ]
 
 

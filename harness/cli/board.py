@@ -1,8 +1,29 @@
-"""``rlbench board``: leaderboards from MLflow queries (built by :mod:`harness.report.board`)."""
+"""``rlbench board``: leaderboards from MLflow queries (built by :mod:`harness.report.board`).
+
+``--runs PATH`` builds from exported runs (``runs.jsonl.gz``, or every one under a committed
+board's folder) loaded into a fresh temporary MLflow store, so a committed board can be rebuilt
+from the clone alone: ``rlbench board <the command printed on it> --runs leaderboards/<name>``.
+"""
 
 from __future__ import annotations
 
 import argparse
+import tempfile
+from pathlib import Path
+
+
+def _exports(paths: list[str]) -> list[Path]:
+    from harness.report.config import BoardError
+
+    found: list[Path] = []
+    for raw in paths:
+        path = Path(raw)
+        files = sorted(path.glob("**/runs.jsonl.gz")) if path.is_dir() else [path]
+        if not files or not all(f.is_file() for f in files):
+            raise BoardError(f"--runs {raw}: no runs.jsonl.gz there; give an export written by "
+                             "rlbench board, or a board folder holding some")
+        found += files
+    return found
 
 
 def cmd_board(args: argparse.Namespace) -> None:
@@ -11,7 +32,11 @@ def cmd_board(args: argparse.Namespace) -> None:
 
     if args.track:  # a track's board has its own default experiment and output dir
         from harness.registry import TRACKS
+        from harness.report.config import BoardError
 
+        if args.runs:
+            raise BoardError(f"--runs builds an rlbench board; track {args.track!r} has its "
+                             "own (drop --runs)")
         for path in TRACKS.get(args.track).build_board(
                 resolve_tracking_uri(args.uri), args.experiment, args.out,
                 log_to_mlflow=args.mlflow, allow_dirty=args.allow_dirty):
@@ -19,10 +44,25 @@ def cmd_board(args: argparse.Namespace) -> None:
         return
     args.experiment = args.experiment or "rlbench"
     args.out = args.out or "leaderboards"
-    written = build_leaderboards(resolve_tracking_uri(args.uri), args.experiment, args.out,
-                                 baseline=args.baseline, config=args.config,
-                                 log_to_mlflow=args.mlflow, variant=tuple(args.variant),
-                                 allow_dirty=args.allow_dirty, export=args.export,
-                                 suite=args.suite, suite_reps=args.suite_reps)
+    with tempfile.TemporaryDirectory(prefix="rlbench-board-") as tmp:
+        uri = resolve_tracking_uri(args.uri)
+        if args.runs:
+            from harness.report.config import BoardError
+            from harness.report.provenance import import_runs
+
+            if args.uri:
+                raise BoardError("--runs loads the exports into a fresh store of its own; "
+                                 "drop --tracking-uri")
+            uri = f"sqlite:///{Path(tmp) / 'runs.db'}"
+            for export in _exports(args.runs):
+                import_runs(export, uri, args.experiment)
+        written = build_leaderboards(uri, args.experiment, args.out,
+                                     baseline=args.baseline, config=args.config,
+                                     # a temporary store is deleted: nothing to log into
+                                     log_to_mlflow=args.mlflow and not args.runs,
+                                     variant=tuple(args.variant),
+                                     allow_dirty=args.allow_dirty, export=args.export,
+                                     suite=args.suite, suite_reps=args.suite_reps,
+                                     runs=tuple(args.runs))
     for path in written:
         print(path)

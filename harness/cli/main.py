@@ -30,6 +30,7 @@ rlbench: a benchmark harness for RL with verifiable rewards.
   rlbench eval run_id=<id> | checkpoint=<dir> [key=value ...]
   rlbench board [--experiment NAME] [--out DIR]  leaderboards from MLflow runs
   rlbench board --suite --experiment suite      ... and the suite's cross-task aggregate
+  rlbench board ... --runs leaderboards/NAME     ... from a committed board's exported runs
   rlbench ui [--port 5000]                      the MLflow UI on 127.0.0.1 (runs view)
   rlbench train|sweep track=lantern ...         a track outside the LLM loop
 
@@ -102,6 +103,10 @@ def _board_arguments(p: argparse.ArgumentParser) -> None:
                    help="bootstrap resamples of the suite aggregate's intervals (default 2000)")
     p.add_argument("--track", default=None,
                    help="the leaderboard of a track outside the LLM loop (e.g. lantern)")
+    p.add_argument("--runs", action="append", default=[], metavar="PATH",
+                   help="build from exported runs (a runs.jsonl.gz, or a board folder holding "
+                        "some) in a fresh temporary store instead of the tracking URI "
+                        "(repeatable; nothing is logged to MLflow)")
 
 
 def _board(args: argparse.Namespace, rest: list[str]) -> None:

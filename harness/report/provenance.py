@@ -13,7 +13,9 @@ and an export of the MLflow runs behind it.
   without a timestamp, so an unchanged store exports the same bytes. :func:`import_runs` loads
   such a file into a fresh MLflow store (each run tagged with its original id,
   ``rlbench.exported_run_id``, which the board shows instead of the new one), so
-  ``rlbench board --runs <file>`` rebuilds the board from the committed export alone.
+  ``rlbench board ... --runs leaderboards/<name>`` (a file or a board folder; a temporary
+  store) rebuilds the board from the committed export alone. :data:`BUILD_LINES` are the page
+  lines such a rebuild may change (where and when the board was built).
 """
 
 from __future__ import annotations
@@ -39,12 +41,16 @@ from harness.report.collect import EXPORTED_ID_TAG
 from harness.report.config import BoardError
 from harness.report.tables import Run
 
-__all__ = ["Checkout", "checkout", "clean_checkout", "display_tracking_uri", "export_runs",
-           "import_runs", "reproduce"]
+__all__ = ["BUILD_LINES", "Checkout", "checkout", "clean_checkout", "display_tracking_uri",
+           "export_runs", "import_runs", "reproduce"]
 
 REPO = Path(__file__).resolve().parents[2]
 _SECRET_RE = re.compile(r"pass|secret|token|key|cred|auth|sig", re.IGNORECASE)
 _BATCH = 1000  # MLflow's log_batch limit on metrics
+# The page lines that say where and when a board was built; a rebuild from the same runs with the
+# same code changes nothing else.
+BUILD_LINES = re.compile(
+    r"^(- Tracking URI:|- Command:|- Board built at commit|- Date:|  - made by) ")
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,75 @@
+"""Rebuild committed leaderboards from their exported runs and print what differs.
+
+For each board under ``leaderboards/`` that prints a Reproduce line (every ``rlbench board``
+board; the LANTERN track has its own board and is left out), this runs, in a clean clone of
+HEAD, the board command printed on it with ``--runs leaderboards/<board>`` (the exported
+``runs.jsonl.gz`` beside its pages, loaded into a temporary MLflow store), then prints every
+changed line of the rebuilt pages except those that say where and when a board was built
+(``harness.report.provenance.BUILD_LINES``: tracking URI, command, board commit, date) and every
+other changed file (PNG, CSV, export: git compares them byte for byte). No run is made: it
+checks, in minutes instead of the sweeps' hours, that the committed pages are what the current
+board code makes of the committed runs.
+
+    python benchmarks/rebuild_boards.py                     # every board
+    python benchmarks/rebuild_boards.py code-tiny math-tiny # named boards
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+from harness.report.provenance import BUILD_LINES
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _git(*args: str, cwd: Path) -> str:
+    return subprocess.run(["git", *args], cwd=cwd, check=True, capture_output=True,
+                          text=True).stdout
+
+
+def rebuild(board: str, clone: Path) -> list[str]:
+    """Rebuild ``board`` in ``clone``; return what changed beyond the build lines."""
+    readme = (clone / "leaderboards" / board / "README.md").read_text()
+    command = re.search(r"then `rlbench board ([^`]*)`", readme).group(1).split()
+    done = subprocess.run([sys.executable, "-m", "harness.cli", "board", *command,
+                           "--runs", f"leaderboards/{board}"],
+                          cwd=clone, capture_output=True, text=True)
+    if done.returncode:
+        return [f"rlbench board exited {done.returncode}: {done.stderr.strip()[-500:]}"]
+    where = ("--", f"leaderboards/{board}")
+    diff = _git("diff", "-U0", *where, cwd=clone).splitlines()
+    lines = [ln for ln in diff if ln[:1] in "+-" and not ln.startswith(("+++", "---"))
+             and not BUILD_LINES.match(ln[1:])]
+    others = [f"changed: {c}" for c in _git("status", "--short", *where, cwd=clone).splitlines()
+              if not c.endswith(".md")]
+    print(f"{board}: {len(lines)} changed lines, {len(others)} other files changed", flush=True)
+    return lines + others
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("boards", nargs="*", help="board names (default: every board)")
+    args = parser.parse_args(argv)
+    boards = args.boards or sorted(
+        p.parent.name for p in (ROOT / "leaderboards").glob("*/README.md")
+        if "then `rlbench board " in p.read_text() and p.parent.name != "lantern")
+    with tempfile.TemporaryDirectory() as tmp:
+        clone = Path(tmp) / "clone"
+        _git("clone", "-q", str(ROOT), str(clone), cwd=ROOT)
+        differs = {b: rebuild(b, clone) for b in boards}
+    for board, lines in differs.items():
+        for line in lines[:20]:
+            print(f"  {board}: {line[:200]}")
+    same = [b for b, lines in differs.items() if not lines]
+    print(f"{len(same)} of {len(boards)} boards rebuilt from their exports unchanged")
+    return 0 if len(same) == len(boards) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
