@@ -46,6 +46,8 @@ CASES = [
     ("an unknown flag", ["train", "--cfg", "everything"], ["--cfg everything", "--cfg job"]),
     ("board --runs where there is no export", ["board", "--runs", "/nope"],
      ["--runs /nope: no runs.jsonl.gz there", "a board folder"]),
+    ("board --runs on a file that is no export", ["board", "--runs", sys.executable],
+     [f"--runs {sys.executable}: not a runs export written by rlbench board"]),
     ("board --runs with a tracking URI", ["board", "--runs", "x", "--tracking-uri",
                                           "sqlite:///a.db"], ["--runs", "drop --tracking-uri"]),
 ]

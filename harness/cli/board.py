@@ -55,7 +55,11 @@ def cmd_board(args: argparse.Namespace) -> None:
                                  "drop --tracking-uri")
             uri = f"sqlite:///{Path(tmp) / 'runs.db'}"
             for export in _exports(args.runs):
-                import_runs(export, uri, args.experiment)
+                try:
+                    import_runs(export, uri, args.experiment)
+                except (OSError, ValueError, KeyError) as exc:  # not an export rlbench wrote
+                    raise BoardError(f"--runs {export}: not a runs export written by rlbench "
+                                     f"board ({type(exc).__name__}: {exc})") from None
         written = build_leaderboards(uri, args.experiment, args.out,
                                      baseline=args.baseline, config=args.config,
                                      # a temporary store is deleted: nothing to log into
