@@ -35,8 +35,12 @@ def _git(*args: str, cwd: Path) -> str:
 
 def rebuild(board: str, clone: Path) -> list[str]:
     """Rebuild ``board`` in ``clone``; return what changed beyond the build lines."""
-    readme = (clone / "leaderboards" / board / "README.md").read_text()
-    command = re.search(r"then `rlbench board ([^`]*)`", readme).group(1).split()
+    readme = clone / "leaderboards" / board / "README.md"
+    text = readme.read_text() if readme.exists() else ""
+    found = re.search(r"then `rlbench board ([^`]*)`", text)
+    if found is None:
+        return [f"no board with a Reproduce line at leaderboards/{board}/README.md"]
+    command = found.group(1).split()
     done = subprocess.run([sys.executable, "-m", "harness.cli", "board", *command,
                            "--runs", f"leaderboards/{board}"],
                           cwd=clone, capture_output=True, text=True)
@@ -46,8 +50,9 @@ def rebuild(board: str, clone: Path) -> list[str]:
     diff = _git("diff", "-U0", *where, cwd=clone).splitlines()
     lines = [ln for ln in diff if ln[:1] in "+-" and not ln.startswith(("+++", "---"))
              and not BUILD_LINES.match(ln[1:])]
+    # a changed page is in the diff above; anything else changed, or new, is listed
     others = [f"changed: {c}" for c in _git("status", "--short", *where, cwd=clone).splitlines()
-              if not c.endswith(".md")]
+              if not (c.startswith(" M") and c.endswith(".md"))]
     print(f"{board}: {len(lines)} changed lines, {len(others)} other files changed", flush=True)
     return lines + others
 
@@ -59,6 +64,8 @@ def main(argv: list[str] | None = None) -> int:
     boards = args.boards or sorted(
         p.parent.name for p in (ROOT / "leaderboards").glob("*/README.md")
         if "then `rlbench board " in p.read_text() and p.parent.name != "lantern")
+    print(f"rebuilding at HEAD {_git('rev-parse', '--short', 'HEAD', cwd=ROOT).strip()} "
+          "(uncommitted changes are not part of the check)", flush=True)
     with tempfile.TemporaryDirectory() as tmp:
         clone = Path(tmp) / "clone"
         _git("clone", "-q", str(ROOT), str(clone), cwd=ROOT)

@@ -292,7 +292,24 @@ def test_every_committed_board_has_its_runs_at_the_one_clean_commit():
         assert seen == {(ONE_COMMIT, "false")}, f"{board}: runs at {sorted(seen)}"
 
 
-@pytest.mark.parametrize("board", ["code-tiny", "geometry3k-tiny", "countdown-baselines"])
+def _assert_same_board(committed: Path, rebuilt: Path) -> None:
+    """Every file of ``rebuilt`` equals ``committed``'s, byte for byte (plots, CSVs, exports),
+    the pages but for the lines that say where and when a board was built."""
+    files = sorted(p.relative_to(committed) for p in committed.glob("**/*") if p.is_file())
+    assert files and files == sorted(p.relative_to(rebuilt) for p in rebuilt.glob("**/*")
+                                     if p.is_file())
+    for name in files:
+        if name.suffix == ".md":
+            keep = [ln for ln in (committed / name).read_text().splitlines()
+                    if not provenance.BUILD_LINES.match(ln)]
+            assert keep == [ln for ln in (rebuilt / name).read_text().splitlines()
+                            if not provenance.BUILD_LINES.match(ln)], name
+        else:
+            assert (committed / name).read_bytes() == (rebuilt / name).read_bytes(), name
+
+
+@pytest.mark.parametrize("board", ["code-tiny", "geometry3k-tiny", "countdown-baselines",
+                                   "lpo-lr-tuned"])
 def test_a_committed_board_rebuilds_from_its_export_with_the_current_code(tmp_path, monkeypatch,
                                                                           board):
     # The committed pages must be what today's board code makes of their exported runs: a change
@@ -300,25 +317,34 @@ def test_a_committed_board_rebuilds_from_its_export_with_the_current_code(tmp_pa
     committed = ROOT / "leaderboards" / board
     readme = (committed / "README.md").read_text()
     experiment = re.search(r"Experiment: `([^`]*)`", readme).group(1)
+    config = re.search(r"then `rlbench board [^`]*--config (\S+?)`", readme)
     uri = f"sqlite:///{tmp_path / 'copy.db'}"
     for export in sorted(committed.glob("**/runs.jsonl.gz")):
         import_runs(export, uri, experiment)
     # the page names its --out relative to the repository: leaderboards/<board>
     monkeypatch.setattr("harness.report.board.REPO", tmp_path)
     rebuilt = tmp_path / "leaderboards" / board
-    build_leaderboards(uri, experiment, rebuilt)
-    pages = sorted(p.relative_to(committed) for p in committed.glob("**/*")
-                   if p.suffix in {".md", ".csv", ".gz"})
-    assert pages and pages == sorted(p.relative_to(rebuilt) for p in rebuilt.glob("**/*")
-                                     if p.suffix in {".md", ".csv", ".gz"})
-    for page in pages:
-        if page.suffix == ".md":
-            strip = [ln for ln in (committed / page).read_text().splitlines()
-                     if not provenance.BUILD_LINES.match(ln)]
-            assert strip == [ln for ln in (rebuilt / page).read_text().splitlines()
-                             if not provenance.BUILD_LINES.match(ln)], page
-        else:
-            assert (committed / page).read_bytes() == (rebuilt / page).read_bytes(), page
+    build_leaderboards(uri, experiment, rebuilt,
+                       config=ROOT / config.group(1) if config else None)
+    _assert_same_board(committed, rebuilt)
+
+
+def test_build_lines_are_only_where_and_when_a_board_was_built():
+    head = (ROOT / "leaderboards" / "code-tiny" / "README.md").read_text().splitlines()
+    hidden = [ln.split(":")[0].split(" `")[0] for ln in head if provenance.BUILD_LINES.match(ln)]
+    assert hidden == ["- Tracking URI", "- Command", "- Board built at commit", "- Date",
+                      "  - made by"]
+
+
+def test_runs_names_each_export_once_however_it_is_reached(tmp_path):
+    from harness.cli.board import _exports
+
+    for page in ("a/x", "b/y"):
+        (tmp_path / page).mkdir(parents=True)
+        (tmp_path / page / "runs.jsonl.gz").write_bytes(b"")
+    found = _exports([str(tmp_path), str(tmp_path / "a" / "x" / "runs.jsonl.gz")])
+    assert [p.relative_to(tmp_path).as_posix() for p in found] == ["a/x/runs.jsonl.gz",
+                                                                    "b/y/runs.jsonl.gz"]
 
 
 def test_board_runs_rebuilds_a_committed_board_from_its_export_alone(tmp_path):
@@ -327,10 +353,13 @@ def test_board_runs_rebuilds_a_committed_board_from_its_export_alone(tmp_path):
                           "--out", str(tmp_path / "code-tiny"), "--allow-dirty"],
                          cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr[-2000:]
-    page = Path("code-tiny") / "tiny"
-    for name in ("leaderboard.csv", "runs.jsonl.gz"):  # the same table, the same runs
-        assert ((tmp_path / "code-tiny" / page / name).read_bytes()
-                == (ROOT / "leaderboards" / "code-tiny" / page / name).read_bytes()), name
-    head = (tmp_path / "code-tiny" / "README.md").read_text()
-    assert "- Tracking URI: none; the exported runs in " in head
-    assert "- Command: `rlbench board --runs " in head
+    head = (tmp_path / "code-tiny" / "README.md").read_text().splitlines()
+    for page in (tmp_path / "code-tiny").glob("**/*.md"):  # --out outside the repository
+        page.write_text(page.read_text().replace("--out code-tiny`",
+                                                 "--out leaderboards/code-tiny`"))
+    _assert_same_board(ROOT / "leaderboards" / "code-tiny", tmp_path / "code-tiny")
+    # the export named relative to the repository, and nothing logged to the deleted store
+    assert ("- Tracking URI: none; the exported runs in leaderboards/code-tiny, loaded into a "
+            "temporary store") in head
+    assert ("- Command: `rlbench board --runs leaderboards/code-tiny --experiment code-tiny "
+            "--out code-tiny --no-mlflow`") in head

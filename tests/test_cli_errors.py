@@ -3,6 +3,7 @@ or value at fault and what would work (issue 22's list), and leaves no run direc
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 
@@ -44,12 +45,17 @@ CASES = [
     ("eval of a missing checkpoint", ["eval", "checkpoint=/nope"],
      ["checkpoint='/nope': no checkpoint there"]),
     ("an unknown flag", ["train", "--cfg", "everything"], ["--cfg everything", "--cfg job"]),
-    ("board --runs where there is no export", ["board", "--runs", "/nope"],
+    ("board --runs where there is no export", ["board", "--experiment", "e", "--runs", "/nope"],
      ["--runs /nope: no runs.jsonl.gz there", "a board folder"]),
-    ("board --runs on a file that is no export", ["board", "--runs", sys.executable],
+    ("board --runs on a file that is no export",
+     ["board", "--experiment", "e", "--runs", sys.executable],
      [f"--runs {sys.executable}: not a runs export written by rlbench board"]),
     ("board --runs with a tracking URI", ["board", "--runs", "x", "--tracking-uri",
                                           "sqlite:///a.db"], ["--runs", "drop --tracking-uri"]),
+    ("board --runs without the experiment", ["board", "--runs", "x"],
+     ["--runs needs --experiment", "Experiment:"]),
+    ("board --runs for a track", ["board", "--track", "lantern", "--runs", "x"],
+     ["--runs builds an rlbench board", "'lantern'", "drop --runs"]),
 ]
 
 
@@ -101,3 +107,25 @@ def test_list_verifiers_names_the_built_in_rules(tmp_path, cli_env):
                          capture_output=True, text=True, timeout=120)
     names = {ln.split()[0] for ln in out.stdout.splitlines()[1:]}
     assert out.returncode == 0 and {"math", "exact_match", "countdown", "code_tests"} <= names
+
+
+def test_board_runs_on_a_damaged_export_exits_2_naming_it(tmp_path, cli_env):
+    import gzip
+
+    from tests.test_board_provenance import ROOT
+
+    whole = (ROOT / "leaderboards" / "code-tiny" / "code-tiny" / "tiny" / "runs.jsonl.gz")
+    cases = {"truncated.jsonl.gz": whole.read_bytes()[:2000],
+             "not-a-record.jsonl.gz": gzip.compress(b'[]\n'),
+             "bad-status.jsonl.gz": gzip.compress(json.dumps(
+                 {"run_id": "a", "start_time": 0, "end_time": 1, "status": "DONE",
+                  "tags": {}, "params": {}, "metrics": {}}).encode())}
+    for name, data in cases.items():
+        (tmp_path / name).write_bytes(data)
+        out = subprocess.run([*RLBENCH, "board", "--experiment", "e", "--runs", name, "--out",
+                              "out", "--allow-dirty"], env=cli_env, cwd=tmp_path,
+                             capture_output=True, text=True, timeout=300)
+        lines = [ln for ln in out.stderr.splitlines() if ln.startswith("rlbench: error:")]
+        assert out.returncode == 2 and len(lines) == 1, (name, out.stderr[-2000:])
+        assert f"--runs {name}: not a runs export" in lines[0], lines[0]
+        assert "Traceback" not in out.stderr

@@ -8,6 +8,7 @@ from the clone alone: ``rlbench board <the command printed on it> --runs leaderb
 from __future__ import annotations
 
 import argparse
+import contextlib
 import tempfile
 from pathlib import Path
 
@@ -15,15 +16,29 @@ from pathlib import Path
 def _exports(paths: list[str]) -> list[Path]:
     from harness.report.config import BoardError
 
-    found: list[Path] = []
+    found: dict[Path, Path] = {}  # a folder and a file inside it name one export once
     for raw in paths:
         path = Path(raw)
         files = sorted(path.glob("**/runs.jsonl.gz")) if path.is_dir() else [path]
         if not files or not all(f.is_file() for f in files):
             raise BoardError(f"--runs {raw}: no runs.jsonl.gz there; give an export written by "
                              "rlbench board, or a board folder holding some")
-        found += files
-    return found
+        found.update((f.resolve(), f) for f in files if f.resolve() not in found)
+    return list(found.values())
+
+
+def _load(paths: list[str], uri: str, experiment: str) -> None:
+    from harness.report.config import BoardError
+    from harness.report.provenance import import_runs
+
+    for export in _exports(paths):
+        try:
+            import_runs(export, uri, experiment)
+        # a damaged or foreign file fails anywhere in gzip, json or MLflow's own checks (some
+        # raise a bare Exception); the message keeps the cause
+        except Exception as exc:
+            raise BoardError(f"--runs {export}: not a runs export written by rlbench board "
+                             f"({type(exc).__name__}: {str(exc)[:200]})") from None
 
 
 def cmd_board(args: argparse.Namespace) -> None:
@@ -42,24 +57,23 @@ def cmd_board(args: argparse.Namespace) -> None:
                 log_to_mlflow=args.mlflow, allow_dirty=args.allow_dirty):
             print(path)
         return
+    if args.runs:
+        from harness.report.config import BoardError
+
+        if args.uri:
+            raise BoardError("--runs loads the exports into a fresh store of its own; "
+                             "drop --tracking-uri")
+        if not args.experiment:  # an export does not hold it; the pages and Reproduce line do
+            raise BoardError("--runs needs --experiment: the name on the board's page "
+                             "(`Experiment:`), e.g. --experiment code-tiny")
     args.experiment = args.experiment or "rlbench"
     args.out = args.out or "leaderboards"
-    with tempfile.TemporaryDirectory(prefix="rlbench-board-") as tmp:
+    with contextlib.ExitStack() as stack:
         uri = resolve_tracking_uri(args.uri)
         if args.runs:
-            from harness.report.config import BoardError
-            from harness.report.provenance import import_runs
-
-            if args.uri:
-                raise BoardError("--runs loads the exports into a fresh store of its own; "
-                                 "drop --tracking-uri")
+            tmp = stack.enter_context(tempfile.TemporaryDirectory(prefix="rlbench-board-"))
             uri = f"sqlite:///{Path(tmp) / 'runs.db'}"
-            for export in _exports(args.runs):
-                try:
-                    import_runs(export, uri, args.experiment)
-                except (OSError, ValueError, KeyError) as exc:  # not an export rlbench wrote
-                    raise BoardError(f"--runs {export}: not a runs export written by rlbench "
-                                     f"board ({type(exc).__name__}: {exc})") from None
+            _load(args.runs, uri, args.experiment)
         written = build_leaderboards(uri, args.experiment, args.out,
                                      baseline=args.baseline, config=args.config,
                                      # a temporary store is deleted: nothing to log into

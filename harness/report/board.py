@@ -279,7 +279,7 @@ def build_leaderboards(
     args += [] if log_to_mlflow else ["--no-mlflow"]
     source = ([a for r in runs for a in ("--runs", _shown_out(Path(r)))]
               or ["--tracking-uri", shown_uri])
-    store = (f"- Tracking URI: none; {shown_uri} (`runs.jsonl.gz`), loaded into a temporary store"
+    store = (f"- Tracking URI: none; {shown_uri}, loaded into a temporary store"
              if runs else f"- Tracking URI: `{shown_uri}`")
     command = "rlbench board " + " ".join(map(shlex.quote, [*source, *args]))
     all_rows = [r for g in groups.values() for r in g.rows]
