@@ -16,6 +16,7 @@ import pytest
 from mlflow.entities import Metric, Param
 from mlflow.tracking import MlflowClient
 
+from harness.cli.board import _exports, _load
 from harness.report import provenance
 from harness.report.board import build_leaderboards as _build
 from harness.report.config import BoardError
@@ -319,8 +320,7 @@ def test_a_committed_board_rebuilds_from_its_export_with_the_current_code(tmp_pa
     experiment = re.search(r"Experiment: `([^`]*)`", readme).group(1)
     config = re.search(r"then `rlbench board [^`]*--config (\S+?)`", readme)
     uri = f"sqlite:///{tmp_path / 'copy.db'}"
-    for export in sorted(committed.glob("**/runs.jsonl.gz")):
-        import_runs(export, uri, experiment)
+    _load([str(committed)], uri, experiment)  # what `rlbench board --runs` loads
     # the page names its --out relative to the repository: leaderboards/<board>
     monkeypatch.setattr("harness.report.board.REPO", tmp_path)
     rebuilt = tmp_path / "leaderboards" / board
@@ -337,8 +337,6 @@ def test_build_lines_are_only_where_and_when_a_board_was_built():
 
 
 def test_runs_names_each_export_once_however_it_is_reached(tmp_path):
-    from harness.cli.board import _exports
-
     for page in ("a/x", "b/y"):
         (tmp_path / page).mkdir(parents=True)
         (tmp_path / page / "runs.jsonl.gz").write_bytes(b"")

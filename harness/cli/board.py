@@ -12,10 +12,10 @@ import contextlib
 import tempfile
 from pathlib import Path
 
+from harness.report.config import BoardError
+
 
 def _exports(paths: list[str]) -> list[Path]:
-    from harness.report.config import BoardError
-
     found: dict[Path, Path] = {}  # a folder and a file inside it name one export once
     for raw in paths:
         path = Path(raw)
@@ -28,7 +28,6 @@ def _exports(paths: list[str]) -> list[Path]:
 
 
 def _load(paths: list[str], uri: str, experiment: str) -> None:
-    from harness.report.config import BoardError
     from harness.report.provenance import import_runs
 
     for export in _exports(paths):
@@ -45,27 +44,24 @@ def cmd_board(args: argparse.Namespace) -> None:
     from harness.report.board import build_leaderboards
     from harness.tracking import resolve_tracking_uri
 
-    if args.track:  # a track's board has its own default experiment and output dir
-        from harness.registry import TRACKS
-        from harness.report.config import BoardError
-
-        if args.runs:
+    if args.runs:
+        if args.track:
             raise BoardError(f"--runs builds an rlbench board; track {args.track!r} has its "
                              "own (drop --runs)")
-        for path in TRACKS.get(args.track).build_board(
-                resolve_tracking_uri(args.uri), args.experiment, args.out,
-                log_to_mlflow=args.mlflow, allow_dirty=args.allow_dirty):
-            print(path)
-        return
-    if args.runs:
-        from harness.report.config import BoardError
-
         if args.uri:
             raise BoardError("--runs loads the exports into a fresh store of its own; "
                              "drop --tracking-uri")
         if not args.experiment:  # an export does not hold it; the pages and Reproduce line do
             raise BoardError("--runs needs --experiment: the name on the board's page "
                              "(`Experiment:`), e.g. --experiment code-tiny")
+    if args.track:  # a track's board has its own default experiment and output dir
+        from harness.registry import TRACKS
+
+        for path in TRACKS.get(args.track).build_board(
+                resolve_tracking_uri(args.uri), args.experiment, args.out,
+                log_to_mlflow=args.mlflow, allow_dirty=args.allow_dirty):
+            print(path)
+        return
     args.experiment = args.experiment or "rlbench"
     args.out = args.out or "leaderboards"
     with contextlib.ExitStack() as stack:

@@ -251,7 +251,8 @@ def build_leaderboards(
     default = baseline if baseline is not None else cfg.baseline
     out = Path(out_dir)
     state = clean_checkout(out, allow_dirty)
-    shown_uri = (f"the exported runs in {', '.join(_shown_out(Path(r)) for r in runs)}" if runs else
+    shown_runs = [_shown_out(Path(r)) for r in runs]
+    shown_uri = (f"the exported runs in {', '.join(shown_runs)}" if runs else
                  display_tracking_uri(tracking_uri, out.resolve().parent))
     client = MlflowClient(tracking_uri)
     exp = client.get_experiment_by_name(experiment)
@@ -277,8 +278,7 @@ def build_leaderboards(
                         confidence=cfg.confidence)
     board_cmd = "rlbench board " + " ".join(map(shlex.quote, args))
     args += [] if log_to_mlflow else ["--no-mlflow"]
-    source = ([a for r in runs for a in ("--runs", _shown_out(Path(r)))]
-              or ["--tracking-uri", shown_uri])
+    source = [a for r in shown_runs for a in ("--runs", r)] or ["--tracking-uri", shown_uri]
     store = (f"- Tracking URI: none; {shown_uri}, loaded into a temporary store"
              if runs else f"- Tracking URI: `{shown_uri}`")
     command = "rlbench board " + " ".join(map(shlex.quote, [*source, *args]))
