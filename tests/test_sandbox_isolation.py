@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -162,9 +163,12 @@ def test_each_sandbox_gets_its_own_cgroup_with_its_limits_and_it_is_removed():
 def test_a_fork_server_replaced_after_a_crash_gets_a_fresh_cgroup_and_the_old_one_goes():
     server = ForkServer(Limits(), tag="cgroup-restart")
     try:
-        ns = server.load("import os, signal\ndef f():\n    os.kill(os.getppid(), 9)\n",
+        ns = server.load("import time\ndef f():\n    time.sleep(2)\n",
                          timeout=5, cpu_s=5, call_timeout=5).namespace()
         first = server.box.group.dirs["pids"]
+        # a candidate cannot kill its server any more (PID 1 of the sandbox): crash it from
+        # outside, as an OOM kill or a bug would
+        threading.Timer(0.3, os.kill, (server.proc.pid, 9)).start()
         with pytest.raises(Exception):  # noqa: B017 - the server dies, the call fails
             ns["f"]()
         server.load("x = 1\n", timeout=5, cpu_s=5, call_timeout=5)  # restarts the server

@@ -107,26 +107,30 @@ def spawn(
     argv: list[str], limits: Limits, *, allow_weaker: bool = True, cwd: str | None = None,
     pass_fds: tuple[int, ...] = (), stdin: int | None = subprocess.PIPE,
     stdout: int | None = subprocess.PIPE, stderr: int | None = subprocess.PIPE,
-    iso: Isolation | None = None,
+    iso: Isolation | None = None, as_pid_1: bool = False,
 ) -> Sandbox:
     """Start ``argv`` in the sandbox in its own session (process group). Under bubblewrap the
     program's cwd is its private ``/tmp``; in the fallback it is ``cwd`` (a temporary directory
     the caller owns). ``allow_weaker=False`` raises :class:`WeakerIsolationError` where a layer
-    is missing (:func:`harness.sandbox.layers.require`); ``iso`` is one already checked."""
+    is missing (:func:`harness.sandbox.layers.require`); ``iso`` is one already checked.
+    ``as_pid_1``: under bubblewrap the program is the sandbox's PID 1 (the fork server: no
+    other process in the sandbox holds its pipes, and no signal from inside reaches it)."""
     iso = iso or require(allow_weaker)
-    launch = plan(iso, limits, argv, cwd)
+    launch = plan(iso, limits, argv, cwd, as_pid_1=as_pid_1)
     # bwrap's --die-with-parent (PR_SET_PDEATHSIG) fires when the *thread* that forked it ends,
     # so every sandbox is forked by one long-lived thread, whoever asks for it.
     try:
         proc = _SPAWNER.submit(
             subprocess.Popen, launch.argv, stdin=stdin, stdout=stdout, stderr=stderr,
-            cwd=launch.cwd, pass_fds=pass_fds, start_new_session=True,
+            cwd=launch.cwd, pass_fds=(*pass_fds, *launch.pass_fds), start_new_session=True,
             preexec_fn=launch.preexec, env=launch.env,
         ).result()
     except BaseException:
         if launch.group is not None:
             launch.group.remove()
         raise
+    finally:
+        launch.started()
     return Sandbox(proc, iso.mode, launch.group)
 
 

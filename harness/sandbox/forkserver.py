@@ -2,11 +2,20 @@
 
 It is untrusted territory: nothing it says decides a verdict. The judge outside
 (:mod:`harness.sandbox.remote`) sends framed requests on fd 0 and reads framed replies on fd 1.
+Under bubblewrap (``--pidns``) the server is the sandbox's PID 1 (``bwrap --as-pid-1``): no other
+process in the sandbox holds those pipes, the kernel drops every signal sent to it from inside
+the namespace (it installs no handler), and the seccomp filter
+(:mod:`harness.sandbox.seccomp`) with ``PR_SET_DUMPABLE=0`` keeps candidates from tracing it,
+reading its memory, copying its descriptors or changing its limits.
+
 For every candidate program the server forks a fresh child that
 
 * closes the protocol pipes and every other inherited descriptor, points stdin/stdout/stderr at
-  ``/dev/null`` (functional mode) or at capped pipes (stdio mode), works in a fresh directory
-  under ``/tmp`` and gets its own CPU-seconds limit;
+  ``/dev/null`` (functional mode) or at capped pipes (stdio mode; stdin is an anonymous memory
+  file, never a path), works in a fresh directory under ``/tmp`` with an unpredictable name,
+  created without following links, and gets its own CPU-seconds limit; once set up it says so
+  on a pipe of its own, so a child that dies during setup is told apart from a candidate that
+  exits (the judge then replaces the sandbox and caches nothing);
 * ``exec``s the candidate source in a new namespace, then answers remote operations (call a
   function, get/set an attribute, iterate) over its own socketpair. Values cross as tagged JSON
   of plain data (None, bool, int, float, str, bytes, complex, list, tuple, set, frozenset, dict);
@@ -14,12 +23,14 @@ For every candidate program the server forks a fresh child that
   with a lying ``__eq__`` never reaches the judge, and the tests' expected values never enter
   the sandbox.
 
-After each candidate (and on any timeout) the server SIGKILLs the child and, inside bubblewrap's
-PID namespace, every other process but itself and init (``kill(-1)``), then wipes the work
-directory, so nothing a candidate started survives into the next one. The server makes itself
-non-dumpable so that a candidate (same uid, no capabilities) cannot ptrace it or open its
-``/proc/<pid>/mem`` or ``/proc/<pid>/fd``. A candidate can still kill the server: the judge sees
-the pipe close, scores that candidate's unfinished tests as failed and restarts a fresh sandbox.
+Every program starts from a clean slate. After each candidate (and on any timeout) the server
+SIGKILLs the child and, inside bubblewrap's PID namespace, every other process but itself
+(``kill(-1)``), reaps them, wipes every writable place (``/tmp`` and ``/dev/shm``; the root and
+``/dev`` are read-only) and then checks that the state is as it was at start: no other process,
+empty writable places, no SysV IPC object, its own rlimits, nice value and CPU affinity
+unchanged. If anything differs the reply says ``dirty`` and the server runs nothing more: the
+judge replaces the whole sandbox. Replies larger than the judge's ``max_reply`` are not
+forwarded (``too_large``; the child is killed).
 """
 
 import builtins
@@ -27,8 +38,8 @@ import contextlib
 import json
 import os
 import resource
+import secrets
 import select
-import shutil
 import signal
 import socket
 import struct
@@ -37,8 +48,13 @@ import time
 import traceback
 
 MAX_FRAME = 16 << 20
-PIDNS = "--pidns" in sys.argv  # alone in a PID namespace: kill(-1) reaches only the sandbox
+PIDNS = "--pidns" in sys.argv  # PID 1 of its own PID namespace: kill(-1) reaches only the sandbox
 BASE = os.getcwd()  # the private /tmp under bubblewrap, a private temporary dir otherwise
+# Places a candidate can write: wiped after every program. /dev/shm only in the sandbox's own
+# mount namespace (in the fallback it is the host's).
+WRITABLE = (BASE, "/dev/shm") if PIDNS else (BASE,)
+WIPE_BUDGET = 20000  # entries removed after one program; more means: replace the sandbox
+SETUP_FAILED = 121
 
 
 def read_exact(fd, n, deadline=None):
@@ -200,33 +216,113 @@ def child_stdio(code):
 
 
 # -- server side --------------------------------------------------------------------------------
+def _keep_only(keep):
+    """Close every descriptor but ``keep``."""
+    low = 0
+    for fd in sorted(keep):
+        if fd > low:  # closerange(n, n) would close everything (CPython passes n - 1 on)
+            os.closerange(low, fd)
+        low = fd + 1
+    os.closerange(low, 1 << 16)
+
+
+def _state():
+    """What must be the same before every program: the server's own limits and scheduling."""
+    limits = {name: resource.getrlimit(getattr(resource, name))
+              for name in dir(resource) if name.startswith("RLIMIT_")}
+    modes = {}
+    for place in WRITABLE:
+        try:
+            modes[place] = os.stat(place).st_mode
+        except OSError as exc:
+            modes[place] = str(exc)
+    return {"rlimits": limits, "nice": os.getpriority(os.PRIO_PROCESS, 0),
+            "affinity": sorted(os.sched_getaffinity(0)), "umask": _umask(), "modes": modes}
+
+
+def _umask():
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
+def _wipe(top, budget):
+    """Remove everything under ``top`` (a candidate's uid owns it all: mode-000 directories are
+    opened up first; links are removed, never followed). Returns the budget left (< 0: gave up)."""
+    stack = [top]
+    dirs = []
+    while stack and budget >= 0:
+        d = stack.pop()
+        try:
+            entries = list(os.scandir(d))
+        except OSError:
+            budget -= 1
+            continue
+        for entry in entries:
+            budget -= 1
+            try:
+                if entry.is_dir(follow_symlinks=False):
+                    os.chmod(entry.path, 0o700)
+                    stack.append(entry.path)
+                    dirs.append(entry.path)
+                else:
+                    os.unlink(entry.path)
+            except OSError:
+                pass
+    for d in reversed(dirs):  # deepest last found first
+        with contextlib.suppress(OSError):
+            os.rmdir(d)
+    return budget
+
+
+def _sysv_objects():
+    n = 0
+    for kind in ("shm", "sem", "msg"):
+        with contextlib.suppress(OSError), open("/proc/sysvipc/" + kind) as fh:
+            n += max(0, len(fh.read().splitlines()) - 1)
+    return n
+
+
 class Server:
     def __init__(self):
         self.child = None
         self.sock = None
-        self.count = 0
+        self.workdir = None
+        self.baseline = _state()
+        self.dirty = None  # why the state differs from the baseline (then nothing more runs)
 
-    def workdir(self):
-        return os.path.join(BASE, "w" + str(self.count))
-
-    def fork(self, cpu_s, setup):
-        self.count += 1
-        os.makedirs(self.workdir(), exist_ok=True)
+    def fork(self, cpu_s, setup, keep):
+        """Fork a child for one program; the parent gets ``(pid, ready)``: ``ready`` is False if
+        the child died before it was set up (the program never ran)."""
+        self.workdir = os.path.join(BASE, "w-" + secrets.token_hex(12))
+        os.mkdir(self.workdir, 0o700)  # fails on anything already there, link or not
+        ready_r, ready_w = os.pipe()
         pid = os.fork()
         if pid == 0:
             try:
+                os.close(ready_r)
                 os.setsid()  # own group: the fallback kills the group, bwrap the whole namespace
                 setup()
-                os.chdir(self.workdir())
+                _keep_only({*keep, ready_w})
+                os.chdir(self.workdir)
                 cpu = max(1, int(cpu_s + 0.999))
                 resource.setrlimit(resource.RLIMIT_CPU, (cpu, cpu + 1))
+                os.write(ready_w, b"R")
+                os.close(ready_w)
             except BaseException:
-                os._exit(121)
-            return 0
+                os._exit(SETUP_FAILED)
+            return 0, True
+        os.close(ready_w)
         self.child = pid
-        return pid
+        try:
+            ready = _read_ready(ready_r)
+        finally:
+            os.close(ready_r)
+        return pid, ready
 
     def cleanup(self):
+        """Kill and reap every process of the last program, wipe the writable places, then check
+        the state against the baseline (``self.dirty``)."""
         if self.child is not None:
             for target in ((-self.child, self.child) if not PIDNS else (-1,)):
                 with contextlib.suppress(OSError):
@@ -237,32 +333,69 @@ class Server:
         if self.sock is not None:
             self.sock.close()
             self.sock = None
-        _reap()
-        shutil.rmtree(self.workdir(), ignore_errors=True)
+        if self.workdir is None:
+            return
+        self.workdir = None
+        problems = []
+        if not _reap(time.monotonic() + 2.0):
+            problems.append("processes survive SIGKILL")
+        budget = WIPE_BUDGET
+        for place in WRITABLE:
+            with contextlib.suppress(OSError, TypeError):  # a candidate may chmod it 000
+                os.chmod(place, self.baseline["modes"][place] & 0o7777)
+            budget = _wipe(place, budget)
+            try:
+                left = os.listdir(place)
+            except OSError as exc:
+                left = [str(exc)]
+            if left:
+                problems.append(f"{place} not empty ({len(left)} left)")
+        if PIDNS:
+            if _sysv_objects():
+                problems.append("SysV IPC objects left")
+            others = [p for p in os.listdir("/proc") if p.isdigit() and p != str(os.getpid())]
+            if others:
+                problems.append(f"{len(others)} other processes")
+        state = _state()
+        for key, value in self.baseline.items():
+            if state[key] != value:
+                problems.append(f"the server's {key} changed")
+        if problems and self.dirty is None:
+            self.dirty = "; ".join(problems)
 
     def load(self, hdr):
         self.cleanup()
+        if self.dirty:
+            return {"status": "dirty", "error": self.dirty}, None
         parent, child = socket.socketpair()
         code = hdr["code"]
 
         def setup():
             parent.close()
             _redirect_null()
-            os.closerange(3, child.fileno())
-            os.closerange(child.fileno() + 1, 1 << 16)
 
-        if self.fork(hdr["cpu_s"], setup) == 0:
+        pid, ready = self.fork(hdr["cpu_s"], setup, {0, 1, 2, child.fileno()})
+        if pid == 0:
             try:
                 child_functional(child.fileno(), code)
             finally:
                 os._exit(0)
         child.close()
         self.sock = parent
-        return self.wait_reply(hdr["timeout"])
+        if not ready:
+            self.cleanup()
+            return {"status": "setup_failed"}, None
+        return self.wait_reply(hdr["timeout"], hdr.get("max_reply", MAX_FRAME))
 
-    def wait_reply(self, timeout):
+    def wait_reply(self, timeout, max_reply):
+        deadline = time.monotonic() + timeout
+        fd = self.sock.fileno()
         try:
-            body = recv(self.sock.fileno(), time.monotonic() + timeout)
+            (n,) = struct.unpack(">I", read_exact(fd, 4, deadline))
+            if n > max_reply:
+                self.cleanup()
+                return {"status": "too_large", "bytes": n}, None
+            body = read_exact(fd, n, deadline)
         except TimeoutError:
             self.cleanup()
             return {"status": "timeout"}, None
@@ -279,30 +412,38 @@ class Server:
         except OSError:
             self.cleanup()
             return {"status": "died", "error": "send failed"}, None
-        return self.wait_reply(hdr["timeout"])
+        return self.wait_reply(hdr["timeout"], hdr.get("max_reply", MAX_FRAME))
 
     def stdio(self, hdr):
         self.cleanup()
+        if self.dirty:
+            return {"status": "dirty", "error": self.dirty}, None
         out_r, out_w = os.pipe()
         err_r, err_w = os.pipe()
-        in_path = os.path.join(BASE, "stdin" + str(self.count + 1))
-        with open(in_path, "wb") as fh:
-            fh.write(hdr["stdin"].encode())
+        stdin = os.memfd_create("stdin", 0)  # no path a candidate could plant anything at
+        data = memoryview(hdr["stdin"].encode())
+        while data:
+            data = data[os.write(stdin, data):]
+        os.lseek(stdin, 0, os.SEEK_SET)
 
         def setup():
             os.close(out_r)
             os.close(err_r)
-            fd = os.open(in_path, os.O_RDONLY)
-            os.dup2(fd, 0)
+            os.dup2(stdin, 0)
             os.dup2(out_w, 1)
             os.dup2(err_w, 2)
-            os.closerange(3, 1 << 16)
-            os.unlink(in_path)
 
-        if self.fork(hdr["cpu_s"], setup) == 0:
+        pid, ready = self.fork(hdr["cpu_s"], setup, {0, 1, 2})
+        if pid == 0:
             child_stdio(hdr["code"])
+        os.close(stdin)
         os.close(out_w)
         os.close(err_w)
+        if not ready:
+            os.close(out_r)
+            os.close(err_r)
+            self.cleanup()
+            return {"status": "setup_failed"}, None
         out, err, timed_out, truncated = _collect(out_r, err_r, hdr["timeout"], hdr["max_output"])
         status = None
         if not (timed_out or truncated):
@@ -317,8 +458,6 @@ class Server:
             else:
                 timed_out = True
         self.cleanup()
-        with contextlib.suppress(OSError):
-            os.unlink(in_path)
         head = {"status": "ok", "timed_out": timed_out, "truncated": truncated,
                 "exit": os.WEXITSTATUS(status) if status is not None and os.WIFEXITED(status)
                 else None,
@@ -326,6 +465,15 @@ class Server:
                 else None,
                 "stderr": err[-2000:].decode("utf-8", "replace")}
         return head, out
+
+
+def _read_ready(fd):
+    """The child's one-byte "set up" signal; EOF first means it died during setup."""
+    while True:
+        try:
+            return os.read(fd, 1) == b"R"
+        except InterruptedError:
+            continue
 
 
 def _collect(out_r, err_r, timeout, cap):
@@ -360,14 +508,20 @@ def _redirect_null():
     os.close(null)
 
 
-def _reap():
+def _reap(deadline):
+    """Reap every child (as PID 1: every process of the sandbox, orphans included). True once
+    there is none left; False if some are still alive at ``deadline``."""
     while True:
         try:
             pid, _ = os.waitpid(-1, os.WNOHANG)
         except ChildProcessError:
-            return
+            return True
         if pid == 0:
-            return
+            if not PIDNS:
+                return True  # the fallback: only our own children are ours to wait for
+            if time.monotonic() > deadline:
+                return False
+            time.sleep(0.0005)
 
 
 def _non_dumpable():
@@ -382,6 +536,9 @@ def _non_dumpable():
 def main():
     _non_dumpable()
     signal.signal(signal.SIGPIPE, signal.SIG_IGN)
+    # As PID 1 of its namespace, a signal whose action is the default is not delivered from
+    # inside the namespace; Python's own SIGINT handler would let a candidate stop the server.
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
     server = Server()
     inp, out = 0, 1
     while True:
@@ -400,7 +557,7 @@ def main():
             reply, data = server.stdio(hdr)
         elif op == "unload":
             server.cleanup()
-            reply, data = {"status": "ok"}, None
+            reply, data = {"status": "ok", "dirty": server.dirty}, None
         else:
             reply, data = {"status": "error", "error": "unknown op"}, None
         send(out, json.dumps(reply))

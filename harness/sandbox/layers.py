@@ -10,7 +10,10 @@ The configured isolation is all of them:
    before bubblewrap starts, so bubblewrap runs unprivileged and maps the sandbox's uid 65534
    to that host uid; a non-root grader already is one;
 3. **group limits** - a cgroup per sandbox with ``pids.max`` and a memory limit for the whole
-   group (:mod:`harness.sandbox.cgroup`).
+   group (:mod:`harness.sandbox.cgroup`);
+4. **a seccomp filter** - system calls that reach other processes (``ptrace``, ``pidfd_getfd``,
+   ``prlimit64`` on another pid, ...) or leave state behind (SysV IPC, keyrings) fail
+   (:mod:`harness.sandbox.seccomp`); bubblewrap loads it.
 
 :func:`probe` finds out which of them work (by starting one real sandbox), :func:`require`
 refuses to go on with fewer unless the caller allows it, and then prints **one** warning per
@@ -40,7 +43,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from harness.sandbox import cgroup
+from harness.sandbox import cgroup, seccomp
 
 ENV_VAR = "RLBENCH_SANDBOX"          # auto | bwrap | rlimits
 HOST_ID_VAR = "RLBENCH_SANDBOX_HOST_ID"  # uid:gid a root grader drops the candidate to
@@ -61,13 +64,15 @@ class Isolation:
     """What a sandbox started now gets. ``mode`` is ``"bwrap"`` or ``"rlimits"`` (no
     namespaces); ``host_uid`` is the uid its processes have on the host; ``cgroups`` is where
     its group is made (None: no group limits); ``drop`` is the ``(uid, gid)`` a root grader
-    switches to; ``reach`` are directories made reachable for that uid (see module doc)."""
+    switches to; ``reach`` are directories made reachable for that uid (see module doc);
+    ``seccomp``: bubblewrap loads the filter of :mod:`harness.sandbox.seccomp`."""
 
     mode: str
     host_uid: int
     cgroups: cgroup.Backend | None = None
     drop: tuple[int, int] | None = None
     reach: tuple[str, ...] = ()
+    seccomp: bool = False
     notes: tuple[str, ...] = field(default=(), compare=False)
 
     @property
@@ -88,11 +93,18 @@ class Isolation:
                        f"or set {cgroup.ENV_VAR} to one delegated to you): NOT enforced: "
                        "group limits - memory is bounded per process only (max_procs x "
                        "memory_mb), processes only by RLIMIT_NPROC")
+        if not self.seccomp:
+            why = seccomp.available() or ("needs bubblewrap" if self.mode != "bwrap" else "off")
+            out.append(f"a seccomp filter ({why}; Debian package libseccomp2): NOT enforced: "
+                       "the candidate may ptrace, read or copy descriptors of other processes "
+                       "of its uid in the sandbox (the fork server: the judge's pipes), change "
+                       "their rlimits and priority, and keep SysV IPC and keyring state")
         return out
 
     def describe(self) -> str:
         parts = [self.mode, f"host uid {self.host_uid}",
-                 self.cgroups.describe() if self.cgroups else "no cgroup"]
+                 self.cgroups.describe() if self.cgroups else "no cgroup",
+                 "seccomp" if self.seccomp else "no seccomp"]
         return ", ".join(parts)
 
 
@@ -216,14 +228,28 @@ class Limits:
 SANDBOX_UID = 65534  # the uid inside the sandbox ("nobody")
 
 
-def bwrap_args(limits: Limits) -> list[str]:
-    """bubblewrap arguments: namespaces, uid 65534, read-only system + Python, private /tmp."""
+# The whole environment of a sandbox and of its launcher: fixed values, nothing inherited (the
+# grader's environment may hold credentials; a process's environment is readable by every
+# process of its uid through /proc/<pid>/environ).
+SANDBOX_ENV = {"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": "/tmp", "LANG": "C.UTF-8",
+               "PYTHONDONTWRITEBYTECODE": "1"}
+
+
+def bwrap_args(limits: Limits, *, as_pid_1: bool = False, seccomp_fd: int | None = None
+               ) -> list[str]:
+    """bubblewrap arguments: namespaces, uid 65534, read-only system + Python, a read-only root
+    and ``/dev``, size-capped private ``/tmp`` and ``/dev/shm`` (the only writable places).
+    ``as_pid_1``: the program is the sandbox's PID 1 (no bubblewrap init beside it holding its
+    descriptors and environment; signals from inside the sandbox do not reach it).
+    ``seccomp_fd``: a descriptor holding the filter (:func:`seccomp.fd`)."""
     args = ["bwrap", "--unshare-all", "--unshare-user", "--uid", str(SANDBOX_UID),
             "--gid", str(SANDBOX_UID), "--die-with-parent", "--new-session",
-            "--disable-userns", "--cap-drop", "ALL", "--clearenv",
-            "--setenv", "PATH", "/usr/local/bin:/usr/bin:/bin", "--setenv", "HOME", "/tmp",
-            "--setenv", "LANG", "C.UTF-8", "--setenv", "PYTHONDONTWRITEBYTECODE", "1",
-            "--ro-bind", "/usr", "/usr"]
+            "--disable-userns", "--cap-drop", "ALL", "--clearenv"]
+    for key, value in SANDBOX_ENV.items():
+        args += ["--setenv", key, value]
+    if as_pid_1:
+        args.append("--as-pid-1")
+    args += ["--ro-bind", "/usr", "/usr"]
     for name in ("bin", "lib", "lib64", "sbin"):
         path = Path("/") / name
         if path.is_symlink():
@@ -234,8 +260,12 @@ def bwrap_args(limits: Limits) -> list[str]:
     prefix = interpreter_prefix()
     if not prefix.startswith("/usr/"):
         args += ["--ro-bind", prefix, prefix]
-    args += ["--size", str(limits.tmp_mb << 20), "--tmpfs", "/tmp",
-             "--dev", "/dev", "--proc", "/proc", "--chdir", "/tmp"]
+    size = str(limits.tmp_mb << 20)
+    args += ["--size", size, "--tmpfs", "/tmp", "--dev", "/dev", "--size", size, "--tmpfs",
+             "/dev/shm", "--proc", "/proc", "--remount-ro", "/", "--remount-ro", "/dev",
+             "--chdir", "/tmp"]
+    if seccomp_fd is not None:
+        args += ["--seccomp", str(seccomp_fd)]
     return args
 
 
@@ -246,39 +276,45 @@ class Launch:
 
     argv: list[str]
     preexec: Callable[[], None]
-    env: dict[str, str] | None
+    env: dict[str, str]
     cwd: str | None
     group: cgroup.Group | None
+    pass_fds: tuple[int, ...] = ()
+
+    def started(self) -> None:
+        """The launcher has its copies of ``pass_fds`` (or failed): close ours."""
+        for fd in self.pass_fds:
+            with contextlib.suppress(OSError):
+                os.close(fd)
+        self.pass_fds = ()
 
 
-def fallback_env() -> dict[str, str]:
-    keep = ("PATH", "LANG", "LC_ALL", "SYSTEMROOT")
-    env = {k: os.environ[k] for k in keep if k in os.environ}
-    env["PYTHONDONTWRITEBYTECODE"] = "1"
-    return env
-
-
-def plan(iso: Isolation, limits: Limits, argv: list[str], cwd: str | None) -> Launch:
+def plan(iso: Isolation, limits: Limits, argv: list[str], cwd: str | None, *,
+         as_pid_1: bool = False) -> Launch:
     """The launch of ``argv`` under ``iso``. Creates the sandbox's cgroup (the caller removes
-    it: :meth:`cgroup.Group.remove`)."""
+    it: :meth:`cgroup.Group.remove`) and the seccomp descriptor (closed by
+    :meth:`Launch.started`). ``as_pid_1``: see :func:`bwrap_args` (the fork server)."""
     bwrap = iso.mode == "bwrap"
     group = None
     if iso.cgroups is not None:
         # bubblewrap's monitor process lives outside the sandbox's PID namespace, in its group
         group = cgroup.Group(iso.cgroups, limits.max_procs + bwrap, limits.group_memory_mb)
+    fds: tuple[int, ...] = ()
+    if bwrap:
+        fds = (seccomp.fd(),) if iso.seccomp else ()
+        box = bwrap_args(limits, as_pid_1=as_pid_1, seccomp_fd=fds[0] if fds else None)
     if bwrap and iso.host_uid != 0:
-        full, env, popen_cwd, nproc = [*bwrap_args(limits), *nproc_inside(limits.max_procs),
-                                       *argv], None, "/", None
+        full, popen_cwd, nproc = [*box, *nproc_inside(limits.max_procs), *argv], "/", None
     elif bwrap:  # host root: the kernel ignores RLIMIT_NPROC anyway; set it the cheap way
-        full, env, popen_cwd, nproc = [*bwrap_args(limits), *argv], None, "/", limits.max_procs
+        full, popen_cwd, nproc = [*box, *argv], "/", limits.max_procs
     else:
-        full, env, popen_cwd, nproc = list(argv), fallback_env(), cwd, limits.max_procs
+        full, popen_cwd, nproc = list(argv), cwd, limits.max_procs
         if iso.drop and cwd:
             os.chown(cwd, *iso.drop)
     if iso.drop:
         full = [*_setpriv(*iso.drop), *full]
     preexec = functools.partial(_child_setup, limits, group, iso.reach, iso.drop, nproc)
-    return Launch(full, preexec, env, popen_cwd, group)
+    return Launch(full, preexec, dict(SANDBOX_ENV), popen_cwd, group, fds)
 
 
 def _child_setup(limits: Limits, group: cgroup.Group | None, reach: tuple[str, ...],
@@ -315,10 +351,12 @@ def _try(iso: Isolation) -> str | None:
         return f"cannot create its cgroup: {exc}"[:200]
     try:
         proc = subprocess.run(launch.argv, capture_output=True, timeout=30, env=launch.env,
-                              cwd=launch.cwd, preexec_fn=launch.preexec)
+                              cwd=launch.cwd, preexec_fn=launch.preexec,
+                              pass_fds=launch.pass_fds)
     except (OSError, subprocess.SubprocessError) as exc:
         return f"{type(exc).__name__}: {exc}"[:200]
     finally:
+        launch.started()
         if launch.group is not None:
             launch.group.remove()
     if proc.returncode == 0 and proc.stdout.strip() == b"42":
@@ -338,14 +376,15 @@ def _probe(wanted: str, host: tuple[int, int], cg_env: str | None, euid: int) ->
     reach = (interpreter_prefix(),) if drop else ()
     uid = host[0] if drop else euid
     tries: list[Isolation] = []
+    filtered = seccomp.available() is None
     if wanted == "rlimits":
         notes.append(f"{ENV_VAR}=rlimits")
     elif shutil.which("bwrap") is None:
         notes.append("bwrap is not installed")
     else:
-        tries.append(Isolation("bwrap", uid, backend, drop, reach))
+        tries.append(Isolation("bwrap", uid, backend, drop, reach, seccomp=filtered))
         if drop:  # unprivileged user namespaces refused: bubblewrap as root maps to host root
-            tries.append(Isolation("bwrap", 0, backend))
+            tries.append(Isolation("bwrap", 0, backend, seccomp=filtered))
     tries.append(Isolation("rlimits", uid, backend, drop, reach))
     for iso in tries:
         for candidate in [iso, replace(iso, cgroups=None)] if iso.cgroups else [iso]:

@@ -14,6 +14,18 @@ plain data stays an opaque reference whose truth value, equality and hash are th
 
 Everything the server says is parsed strictly, with size and nesting caps; a server that stops
 answering in time is killed (whole PID namespace) and replaced.
+
+The judge's own resources are bounded: a candidate's reply may hold at most
+:data:`MAX_REPLY_BYTES` bytes, :data:`MAX_REPLY_VALUES` JSON values and
+:data:`MAX_REPLY_CONTAINERS` containers (every list, tuple, set, dict, bytes or reference is one
+tagged object), counted on the raw bytes *before* anything is decoded. A larger reply is
+refused by the server (it never crosses) or by the judge, raises :class:`ReplyTooLargeError`,
+and the call fails.
+
+Every program starts from a clean slate: after each problem (:meth:`ForkServer.unload`) the
+server reports whether its state is as it was at start (``harness/sandbox/forkserver.py``), and
+the judge checks the sandbox group's memory charge; if either differs the whole sandbox is
+replaced before the next program (:attr:`ForkServer.resets`).
 """
 
 from __future__ import annotations
@@ -40,9 +52,15 @@ from typing import Any
 from harness.sandbox import Limits, Sandbox, python_executable, require, spawn
 
 SOURCE = (Path(__file__).parent / "forkserver.py").read_text()
-MAX_FRAME = 16 << 20
+# A reply of MAX_REPLY_CONTAINERS nested lists costs the judge about 60 MB while it is decoded
+# (benchmarks/code_grading.py --attacks measures it); the largest HumanEval/MBPP/LeetCode
+# reference return values are far below every limit.
+MAX_REPLY_BYTES = 8 << 20
+MAX_REPLY_VALUES = 1_000_000
+MAX_REPLY_CONTAINERS = 100_000
 GRACE_S = 3.0  # server overhead allowed beyond a candidate's own timeout before it is replaced
 MAX_DEPTH = 200
+MEMORY_SLACK_MB = 32  # group memory a clean sandbox may gain over its lowest charge (page cache)
 
 
 class RemoteError(Exception):
@@ -58,7 +76,27 @@ class RemoteDiedError(RemoteError):
 
 
 class ServerFailureError(RemoteDiedError):
-    """The fork server itself stopped answering properly; it has been replaced."""
+    """The fork server itself stopped answering properly, or its sandbox is no longer clean;
+    it has been replaced."""
+
+
+class ReplyTooLargeError(RemoteError):
+    """The candidate's reply is over the judge's limits; nothing of it was decoded."""
+
+
+def check_reply_size(body: bytes) -> None:
+    """Refuse a reply over the limits before decoding it. Every JSON value but the first
+    follows a ``[``, ``,`` or ``:``, and every tagged object is a ``{``: counting those bytes
+    bounds what ``json.loads`` would build (strings containing them only make it stricter)."""
+    if len(body) > MAX_REPLY_BYTES:
+        raise ReplyTooLargeError(f"reply of {len(body)} bytes (limit {MAX_REPLY_BYTES})")
+    containers = body.count(b"{")
+    if containers > MAX_REPLY_CONTAINERS:
+        raise ReplyTooLargeError(f"reply with {containers} objects "
+                                 f"(limit {MAX_REPLY_CONTAINERS})")
+    values = body.count(b",") + body.count(b"[") + body.count(b":")
+    if values > MAX_REPLY_VALUES:
+        raise ReplyTooLargeError(f"reply with {values} values (limit {MAX_REPLY_VALUES})")
 
 
 @dataclass
@@ -84,8 +122,10 @@ class ForkServer:
         self.iso = require(allow_weaker)  # checked (and fixed) once: restarts get the same
         self.box: Sandbox | None = None
         self.restarts = 0
+        self.resets = 0  # sandboxes replaced because a program left them unclean
         self._workdir: str | None = None
         self._started = False
+        self._memory_floor: int | None = None
         self.isolation = ""
 
     @property
@@ -95,14 +135,16 @@ class ForkServer:
     def start(self) -> None:
         self._workdir = tempfile.mkdtemp(prefix="rlbench-forkserver-")
         argv = [python_executable(), "-I", "-c", SOURCE]
-        if self.iso.mode == "bwrap":
-            argv.append("--pidns")  # alone in its PID namespace: kill(-1) is safe in there
+        bwrap = self.iso.mode == "bwrap"
+        if bwrap:
+            argv.append("--pidns")  # PID 1 of its own PID namespace: kill(-1) is safe in there
         if self.tag:
             argv.append(f"--tag={self.tag}")
         debug = os.environ.get("RLBENCH_SANDBOX_DEBUG")
         self.box = spawn(argv, self.limits, iso=self.iso, cwd=self._workdir,
-                         stderr=None if debug else subprocess.DEVNULL)
+                         stderr=None if debug else subprocess.DEVNULL, as_pid_1=bwrap)
         self.isolation = self.box.isolation
+        self._memory_floor = None
 
     def close(self) -> None:
         if self.box is not None:
@@ -134,21 +176,27 @@ class ForkServer:
             self.proc.stdin.write(frames)
             self.proc.stdin.flush()
             deadline = time.monotonic() + timeout + GRACE_S
-            reply = json.loads(self._recv(deadline))
-            payload = self._recv(deadline)
+            reply = json.loads(self._recv(deadline, 1 << 16))
+            payload = self._recv(deadline, max(MAX_REPLY_BYTES, header.get("max_output", 0)))
             if not isinstance(reply, dict):
                 raise ValueError("bad reply")
-            return reply, payload
         except (OSError, ValueError, EOFError, TimeoutError) as exc:
             self.close()
             raise ServerFailureError(
                 f"sandbox server failed ({type(exc).__name__}); replaced") from None
+        if reply.get("status") in ("dirty", "setup_failed"):
+            # the program never ran: the sandbox is not as it was, or could not set it up
+            self.close()
+            self.resets += reply.get("status") == "dirty"
+            raise ServerFailureError(f"sandbox {reply.get('status')}: "
+                                     f"{str(reply.get('error', ''))[:200]}; replaced")
+        return reply, payload
 
-    def _recv(self, deadline: float) -> bytes:
+    def _recv(self, deadline: float, limit: int) -> bytes:
         fd = self.proc.stdout.fileno()
         head = self._read(fd, 4, deadline)
         (n,) = struct.unpack(">I", head)
-        if n > MAX_FRAME:
+        if n > limit:
             raise ValueError("frame too large")
         return self._read(fd, n, deadline)
 
@@ -172,7 +220,8 @@ class ForkServer:
         session whose :meth:`Session.namespace` holds proxies for the names it defined."""
         session = Session(self, call_timeout, deadline)
         reply, body = self._exchange(
-            {"op": "load", "code": code, "cpu_s": cpu_s, "timeout": timeout}, None, timeout)
+            {"op": "load", "code": code, "cpu_s": cpu_s, "timeout": timeout,
+             "max_reply": MAX_REPLY_BYTES}, None, timeout)
         names = session.receive(reply, body).get("names")
         if type(names) is not dict or not all(type(k) is str for k in names):
             raise RemoteError("malformed load reply from candidate")
@@ -180,9 +229,31 @@ class ForkServer:
         return session
 
     def unload(self) -> None:
-        if self.proc is not None:
-            with contextlib.suppress(ServerFailureError):
-                self._exchange({"op": "unload"}, None, 5.0)
+        """End the current program and make sure the next one starts from a clean slate: the
+        server wipes and checks its sandbox; the judge checks the group's memory charge. If
+        anything is not as it was, the sandbox is replaced now (:attr:`resets`)."""
+        if self.proc is None:
+            return
+        try:
+            reply, _ = self._exchange({"op": "unload"}, None, 5.0)
+        except ServerFailureError:
+            return  # already replaced
+        if reply.get("dirty") or not self._memory_ok():
+            self.resets += 1
+            self.close()
+
+    def _memory_ok(self) -> bool:
+        """The group's memory charge is back within :data:`MEMORY_SLACK_MB` (or a quarter of
+        the group limit, if larger) of the lowest charge seen since the sandbox started: what
+        outlives a program (a file kept in a tmpfs, a shared-memory segment) stays charged."""
+        group = self.box.group if self.box is not None else None
+        usage = group.memory_current() if group is not None else None
+        if usage is None:
+            return True
+        floor = usage if self._memory_floor is None else min(self._memory_floor, usage)
+        self._memory_floor = floor
+        slack = max(MEMORY_SLACK_MB, self.limits.group_memory_mb // 4) << 20
+        return usage <= floor + slack
 
     def run_stdio(self, code: str, stdin: str, *, timeout: float, cpu_s: float,
                   max_output: int = 1 << 20) -> StdioResult:
@@ -241,9 +312,18 @@ class Session:
         if status == "timeout":
             self.dead = "timeout"
             raise RemoteTimeoutError("candidate timed out")
+        if status == "too_large":
+            self.dead = "too_large"
+            raise ReplyTooLargeError(f"reply of {_opt_int(reply.get('bytes'))} bytes "
+                                     f"(limit {MAX_REPLY_BYTES})")
         if status != "ok":
             self.dead = "died"
             raise RemoteDiedError(f"candidate process died ({reply.get('error')})")
+        try:
+            check_reply_size(body)
+        except ReplyTooLargeError:
+            self.dead = "too_large"  # the candidate is still running: the next load kills it
+            raise
         try:
             msg = json.loads(body)
         except (ValueError, RecursionError):
@@ -264,7 +344,8 @@ class Session:
                 raise RemoteTimeoutError("problem time budget exhausted")
         try:
             reply, body = self.server._exchange(
-                {"op": "req", "timeout": timeout}, json.dumps(payload).encode(), timeout)
+                {"op": "req", "timeout": timeout, "max_reply": MAX_REPLY_BYTES},
+                json.dumps(payload).encode(), timeout)
         except ServerFailureError:
             self.dead = "server"
             raise
@@ -433,6 +514,10 @@ class ServerPool:
     @property
     def restarts(self) -> int:
         return sum(s.restarts for s in self._all)
+
+    @property
+    def resets(self) -> int:
+        return sum(s.resets for s in self._all)
 
     def close(self) -> None:
         with self._lock:
