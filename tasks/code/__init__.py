@@ -173,6 +173,10 @@ class CodeTask(VariantTask):
         entry = example.answer.get("entry_point")
         if entry and not re.search(rf"\bdef\s+{re.escape(entry)}\s*\(", code):
             code = example.answer["prompt_code"] + code  # a completion of the function body
+        elif entry:
+            # a whole function may still call the prompt's helpers without repeating them (as
+            # HumanEval's harness runs prompt + completion); the tests use the judge's copies
+            code = example.answer.get("judge_helpers", "") + code
         return code
 
     def verify(self, example: Example, response: str) -> Score:
@@ -190,8 +194,12 @@ class CodeTask(VariantTask):
         if result is None:
             return Score(reward=0.0, correct=False, parsed=False,
                          info={"status": "no_code", "passed": 0, "total": 0})
+        # logged as rollout/<stat> and eval/<set>/<stat> (means over the samples scored)
+        stats = {"grade_timeout": float(result.status == "timeout"),
+                 "sandbox_died": float(result.status == "died"),
+                 "reply_oversized": float(result.oversized)}
         info = {"status": result.status, "passed": result.passed, "total": result.total,
-                "error": result.error[:200]}
+                "error": result.error[:200], "stats": stats}
         if result.all_passed:
             return Score(reward=float(cfg.correct_score), correct=True, parsed=True, info=info)
         reward = cfg.format_score

@@ -42,6 +42,7 @@ from harness.sandbox.remote import (
     ForkServer,
     RemoteError,
     RemoteTimeoutError,
+    ReplyTooLargeError,
     ServerFailureError,
     ServerPool,
     Session,
@@ -74,6 +75,7 @@ class GradeResult:
     error: str = ""
     seconds: float = 0.0
     per_test: list[bool] = field(default_factory=list)
+    oversized: int = 0  # replies refused for their size (the call failed; nothing was decoded)
 
     @property
     def all_passed(self) -> bool:
@@ -86,24 +88,48 @@ class GradeResult:
 
 def split_asserts(source: str, func: str = "check") -> list[str]:
     """One test source per top-level ``assert`` of ``func`` (or of the module when it has no such
-    function), keeping every other statement, so a fraction-of-tests reward is meaningful."""
+    function), keeping every other statement, so a fraction-of-tests reward is meaningful.
+    Asserts that assert nothing (:func:`asserts_nothing`: HumanEval's ``assert True``) are
+    dropped, so no program earns credit for them; a source with no real assert stays one unit."""
+    return split_asserts_counted(source, func)[0]
+
+
+def split_asserts_counted(source: str, func: str = "check") -> tuple[list[str], int]:
+    """:func:`split_asserts` and the number of asserts it dropped because they assert nothing."""
     try:
         tree = ast.parse(source)
     except SyntaxError:
-        return [source]
+        return [source], 0
     holder: Any = next(
         (n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == func), tree
     )
-    idx = [i for i, s in enumerate(holder.body) if isinstance(s, ast.Assert)]
-    if len(idx) < 2:
-        return [source]
+    asserts = {i for i, s in enumerate(holder.body) if isinstance(s, ast.Assert)}
+    idx = [i for i in sorted(asserts) if not asserts_nothing(holder.body[i])]
+    dropped = len(asserts) - len(idx)
+    if not idx or (len(idx) == 1 and not dropped):
+        return [source], 0
     units = []
     for keep in idx:
         body = holder.body
-        holder.body = [s for i, s in enumerate(body) if i not in idx or i == keep]
+        holder.body = [s for i, s in enumerate(body) if i not in asserts or i == keep]
         units.append(ast.unparse(tree))
         holder.body = body
-    return units
+    return units, dropped
+
+
+def asserts_nothing(stmt: ast.stmt) -> bool:
+    """True for an ``assert`` that every program passes: its test names nothing (no variable,
+    function or candidate: ``assert True``, ``assert 1 == 1``) and holds. A constant assert that
+    fails (``assert False``) is kept: it is part of what the problem's tests say."""
+    if not isinstance(stmt, ast.Assert):
+        return False
+    if any(isinstance(n, ast.Name) for n in ast.walk(stmt.test)):
+        return False
+    try:  # trusted test source without names, as the judge would run it anyway
+        return bool(eval(compile(ast.Expression(stmt.test), "<assert>", "eval"),
+                         {"__builtins__": {}}))
+    except Exception:
+        return False
 
 
 def called_names(sources: list[str]) -> list[str]:
@@ -239,13 +265,16 @@ class CodeGrader:
             return result
         deadline = time.monotonic() + self._budget(len(units))
         program = answer.get("preamble", "") + code
-        base = self._judge_base(answer.get("preamble", ""))
+        base = self._judge_base(answer)
         session: Session | None = None
+        names: dict[str, Any] = {}  # the candidate's names, decoded once per loaded process
         for unit in units:
             ok = False
             try:
                 if session is None or session.dead:
                     session = self._load(server, program, deadline)
+                    names = session.namespace(reserved=base.keys(),
+                                              allow=answer.get("entry_points", ()))
             except (TimeoutError, RemoteTimeoutError):
                 result.status = "timeout"
                 break
@@ -253,11 +282,11 @@ class CodeGrader:
                 result.status, result.error = "died", str(exc)
                 break
             except RemoteError as exc:  # syntax error, exception or exit at import time
+                result.oversized += isinstance(exc, ReplyTooLargeError)
                 result.status, result.error = "load_error", str(exc)[:300]
                 break
             try:
-                ns = {**base, **session.namespace(reserved=base.keys(),
-                                                  allow=answer.get("entry_points", ()))}
+                ns = {**base, **names}
                 for setup in answer.get("judge_setup", []):
                     exec(self._compile(setup), ns)
                 exec(self._compile(unit), ns)
@@ -266,6 +295,9 @@ class CodeGrader:
                 result.status, result.error = "died", str(exc)
             except RemoteTimeoutError as exc:
                 result.status, result.error = "timeout", str(exc)
+            except ReplyTooLargeError as exc:
+                result.oversized += 1
+                result.error = result.error or f"{type(exc).__name__}: {str(exc)[:200]}"
             except Exception as exc:  # the trusted test failed (assert, remote error, ...)
                 result.error = result.error or f"{type(exc).__name__}: {str(exc)[:200]}"
             result.per_test.append(ok)
@@ -275,14 +307,26 @@ class CodeGrader:
         result.per_test += [False] * (len(units) - len(result.per_test))
         return result
 
-    def _judge_base(self, preamble: str) -> dict[str, Any]:
-        """Globals of a test unit: the builtins and the problem's preamble (e.g. LeetCode's
-        imports), executed by the judge itself; never anything the candidate provides."""
-        if preamble not in self._judge_globals:
-            ns: dict[str, Any] = {"__builtins__": builtins, "__name__": "judge"}
-            exec(preamble, ns)
-            self._judge_globals[preamble] = ns
-        return self._judge_globals[preamble]
+    def _judge_base(self, answer: dict[str, Any]) -> dict[str, Any]:
+        """Globals of a test unit: the builtins, the problem's preamble (e.g. LeetCode's imports)
+        and its ``judge_helpers`` (the prompt's helpers the tests call: HumanEval's ``poly``,
+        ``encode_cyclic``), executed by the judge itself; never anything the candidate provides.
+        The candidate's names that collide with these are not bound (:meth:`Session.namespace`),
+        so the tests call the judge's helpers. The entry points are never in here: they are the
+        candidate's."""
+        source = answer.get("preamble", "") + "\n" + answer.get("judge_helpers", "")
+        entries = sorted({answer.get("entry_point") or "", *answer.get("entry_points", ())} - {""})
+        key = "\0".join([source, *entries])
+        ns = self._judge_globals.get(key)
+        if ns is None:
+            ns = {"__builtins__": builtins, "__name__": "judge"}
+            exec(source, ns)
+            for name in entries:
+                ns.pop(name, None)
+            if len(self._judge_globals) > 10_000:
+                self._judge_globals.clear()
+            self._judge_globals[key] = ns
+        return ns
 
     def _compile(self, source: str) -> Any:
         code = self._compiled.get(source)
