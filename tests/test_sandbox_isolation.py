@@ -195,6 +195,28 @@ def test_empty_groups_left_by_a_killed_grader_are_removed(monkeypatch):
         group.remove()
 
 
+@needs_cgroups
+def test_a_process_that_outlived_its_grader_is_killed_with_the_stale_group(monkeypatch):
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    be = cgroup.backend()
+    stale = [p / f"{cgroup.PREFIX}{dead.pid}-0" for p in be.dirs]
+    for d in stale:
+        d.mkdir()
+    survivor = subprocess.Popen(["sleep", "60"])
+    try:
+        for d in stale:
+            (d / "cgroup.procs").write_text(str(survivor.pid))
+        monkeypatch.setattr(cgroup, "_cleaned", set())
+        group = cgroup.Group(be, 4, 64)  # a later grader's first sandbox cleans up
+        group.remove()
+        assert survivor.wait(timeout=5) == -9
+        assert not any(d.exists() for d in stale)
+    finally:
+        survivor.kill()
+        survivor.wait()
+
+
 @needs_root
 def test_a_directory_under_a_private_one_is_made_reachable_and_nothing_else(tmp_path):
     private = tmp_path / "private"

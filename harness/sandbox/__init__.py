@@ -14,12 +14,16 @@ Layers, outermost first (threat model, what each layer stops and what holds as r
    ``RLBENCH_SANDBOX_HOST_ID`` (default 65534:65534), so the sandbox's uid maps to a non-root
    host uid and the kernel enforces ``RLIMIT_NPROC`` (it never does for host root).
 3. **A cgroup per sandbox** (:mod:`harness.sandbox.cgroup`) where one is writable: ``pids.max``
-   and a memory limit for the whole sandbox; killed and removed when the sandbox ends.
+   and a memory limit for the whole sandbox and, where the ``cpu`` controller is writable, an
+   equal CPU weight and at most one CPU; killed and removed when the sandbox ends.
 4. **Resource limits** (``setrlimit``): CPU seconds, address space, file size, open files, no
    core dumps, and ``RLIMIT_NPROC`` set *inside* the sandbox's user namespace (there the kernel
    counts only that sandbox's processes); lower priority (``nice``).
 5. **Supervision** by the parent: wall-clock timeout, output capped while it is read, the whole
    process group (PID namespace, cgroup) killed at the end, nothing left running.
+6. **A seccomp filter** (:mod:`harness.sandbox.seccomp`, loaded by bubblewrap): no ``ptrace``,
+   ``pidfd_getfd``, ``process_vm_*``, no limit or scheduling changes of another process, no
+   SysV IPC or keyrings. The environment is a fixed allow-list (``layers.SANDBOX_ENV``).
 
 :mod:`harness.sandbox.layers` finds out which layers work here. A missing one is announced by one
 warning per process naming what is then not enforced; callers that pass ``allow_weaker=False``

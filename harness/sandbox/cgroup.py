@@ -1,5 +1,6 @@
-"""One cgroup per sandbox: ``pids.max`` and a memory limit for the whole group, and a way to kill
-everything in it and remove it afterwards.
+"""One cgroup per sandbox: ``pids.max`` and a memory limit for the whole group, an equal CPU weight
+and a quota of one CPU where the ``cpu`` controller is writable, and a way to kill everything in
+it and remove it afterwards.
 
 Hand-written on purpose, and kept small: the tools that would do this for us do not work on the
 machines this project runs on (development and CI: containers whose PID 1 is not systemd, cgroup
@@ -23,11 +24,22 @@ Where groups are made (:func:`backend`):
 
 When none is writable (a non-root grader without delegation) there are no group limits; the
 sandbox says so (``harness.sandbox.layers``).
+
+CPU (optional: without it the sandbox works as before, and :meth:`Backend.describe` says so):
+in the same v2 directory when it hands down ``cpu`` too, else in the v1 ``cpu`` hierarchy (the
+same path as for the others) when it is mounted and writable. Each sandbox's group gets the
+default weight (``cpu.shares`` 1024 / ``cpu.weight`` 100, as one session of the host) and at most
+:data:`CPUS` CPUs (``cpu.cfs_quota_us`` / ``cpu.max``), however many processes, threads or
+sessions it starts (the kernel makes autogroups only in the root cpu group). Without it every
+session (``setsid``) there is a scheduler autogroup with the weight of a whole session: 12
+spinners that each called ``setsid`` got 12 shares against an honest neighbour's one and slowed
+it 7x (issue 30; ``docs/sandbox.md``).
 """
 
 from __future__ import annotations
 
 import contextlib
+import errno
 import functools
 import itertools
 import os
@@ -38,13 +50,17 @@ from pathlib import Path
 
 ENV_VAR = "RLBENCH_CGROUP"
 PREFIX = "rlbench-"
-CONTROLLERS = ("pids", "memory")
+CONTROLLERS = ("pids", "memory")  # required
+OPTIONAL = ("cpu",)               # used where writable
+CPUS = 1.0                        # CPU quota of one sandbox (None in Group: weight only)
+CFS_PERIOD_US = 100_000
 _counter = itertools.count()
 
 
 @dataclass(frozen=True, eq=False)
 class Backend:
-    """Where sandbox groups are created: ``parents[controller]`` (the same directory for v2)."""
+    """Where sandbox groups are created: ``parents[controller]`` (the same directory for v2);
+    ``parents["cpu"]`` only where the cpu controller is writable."""
 
     version: int
     parents: dict[str, Path]
@@ -53,8 +69,15 @@ class Backend:
     def dirs(self) -> list[Path]:
         return list(dict.fromkeys(self.parents.values()))
 
+    @property
+    def cpu(self) -> bool:
+        """Whether each sandbox gets a cpu group (equal weight, quota): CPU isolated per sandbox."""
+        return "cpu" in self.parents
+
     def describe(self) -> str:
-        return f"cgroup v{self.version} ({', '.join(str(d) for d in self.dirs)})"
+        cpu = (f"CPU per sandbox: equal weight, at most {CPUS:g} CPU" if self.cpu else
+               "no cpu controller: CPU NOT isolated per sandbox")
+        return f"cgroup v{self.version} ({', '.join(str(d) for d in self.dirs)}; {cpu})"
 
 
 def _mounts() -> tuple[list[tuple[str, str]], dict[str, tuple[str, str]]]:
@@ -70,7 +93,7 @@ def _mounts() -> tuple[list[tuple[str, str]], dict[str, tuple[str, str]]]:
             if fstype == "cgroup2":
                 v2.append((point, root))
             elif fstype == "cgroup":
-                for ctrl in CONTROLLERS:
+                for ctrl in CONTROLLERS + OPTIONAL:
                     if ctrl in options:
                         v1.setdefault(ctrl, (point, root))
     return v2, v1
@@ -93,13 +116,13 @@ def _join(point: str, root: str, path: str) -> Path:
     return Path(point) / path.lstrip("/")
 
 
-def _usable(d: Path, v2: bool) -> bool:
+def _usable(d: Path, v2: bool, controllers: tuple[str, ...] = CONTROLLERS) -> bool:
     if not (d.is_dir() and os.access(d, os.W_OK | os.X_OK)):
         return False
     if not v2:
         return True
     with contextlib.suppress(OSError):
-        return set(CONTROLLERS) <= set((d / "cgroup.subtree_control").read_text().split())
+        return set(controllers) <= set((d / "cgroup.subtree_control").read_text().split())
     return False
 
 
@@ -128,19 +151,34 @@ def _backend(wanted: str | None, euid: int) -> Backend | None:
             candidates = [p for p in here.parents if p == mount or mount in p.parents]
         for d in candidates:
             if _usable(d, v2=True):
-                return Backend(2, {c: d for c in CONTROLLERS})
+                parents = {c: d for c in CONTROLLERS}
+                cpu = d if _usable(d, v2=True, controllers=("cpu",)) else _v1_cpu(v1, own, wanted)
+                return Backend(2, parents | ({"cpu": cpu} if cpu else {}))
     if all(c in v1 for c in CONTROLLERS):
         parents = {c: _join(*v1[c], wanted or own.get(c, "/")) for c in CONTROLLERS}
         if all(_usable(d, v2=False) for d in parents.values()):
-            return Backend(1, parents)
+            cpu = _v1_cpu(v1, own, wanted)
+            return Backend(1, parents | ({"cpu": cpu} if cpu else {}))
     return None
+
+
+def _v1_cpu(v1: dict[str, tuple[str, str]], own: dict[str, str], wanted: str | None
+            ) -> Path | None:
+    """Our cgroup (or ``wanted``) in the v1 ``cpu`` hierarchy, if it is mounted and writable."""
+    if "cpu" not in v1:
+        return None
+    d = _join(*v1["cpu"], wanted or own.get("cpu", "/"))
+    return d if _usable(d, v2=False) else None
 
 
 class Group:
     """A cgroup of its own for one sandbox: ``pids.max = pids`` and ``memory_mb`` for the whole
-    group (no swap). :meth:`attach` puts a process in it; :meth:`remove` kills what is left."""
+    group (no swap); where the backend has the cpu controller, the default CPU weight and at
+    most ``cpus`` CPUs (None: no quota). :meth:`attach` puts a process in it; :meth:`remove`
+    kills what is left."""
 
-    def __init__(self, be: Backend, pids: int, memory_mb: int, name: str = "") -> None:
+    def __init__(self, be: Backend, pids: int, memory_mb: int, name: str = "", *,
+                 cpus: float | None = CPUS) -> None:
         _remove_stale(be)
         self.backend = be
         self.name = name or f"{PREFIX}{os.getpid()}-{next(_counter)}"
@@ -159,6 +197,8 @@ class Group:
                 self._write(self.dirs["memory"] / "memory.limit_in_bytes", str(mem))
                 self._write(self.dirs["memory"] / "memory.memsw.limit_in_bytes", str(mem),
                             optional=True)
+            if "cpu" in self.dirs:
+                self._cpu(self.dirs["cpu"], cpus)
         except OSError:
             for d in created:
                 with contextlib.suppress(OSError):
@@ -166,6 +206,25 @@ class Group:
             raise
         # encoded once here: attach() runs between fork and exec and should do nothing else
         self._procs = [os.fsencode(d / "cgroup.procs") for d in dict.fromkeys(self.dirs.values())]
+
+    def _cpu(self, d: Path, cpus: float | None) -> None:
+        """Equal weight for every sandbox (the default, written so that it holds whatever the
+        parent's default is) and the quota. A quota above the parent's is refused by v1
+        (EINVAL): then the parent's stricter one applies and ours is left unset."""
+        quota = max(1000, int(cpus * CFS_PERIOD_US)) if cpus else None
+        if (d / "cpu.weight").exists():  # v2 (also in a hybrid layout: decided by the files)
+            self._write(d / "cpu.weight", "100")
+            if quota:
+                self._write(d / "cpu.max", f"{quota} {CFS_PERIOD_US}")
+            return
+        self._write(d / "cpu.shares", "1024")
+        if quota:
+            self._write(d / "cpu.cfs_period_us", str(CFS_PERIOD_US))
+            try:
+                self._write(d / "cpu.cfs_quota_us", str(quota))
+            except OSError as exc:
+                if exc.errno != errno.EINVAL:
+                    raise
 
     @staticmethod
     def _write(path: Path, value: str, optional: bool = False) -> None:
@@ -235,16 +294,30 @@ class Group:
                 gone = False
         return gone
 
+    def memory_current(self) -> int | None:
+        """The group's memory charge now, in bytes (its tmpfs files and page cache included)."""
+        v2 = self.backend.version == 2
+        return _read_int(self.dirs["memory"] / ("memory.current" if v2 else
+                                                 "memory.usage_in_bytes"))
+
     def stats(self) -> dict[str, int | None]:
-        """Measured by the kernel: peak tasks, peak memory (bytes) and OOM kills in the group."""
+        """Measured by the kernel: peak tasks, peak memory (bytes) and OOM kills in the group;
+        with a cpu group, the time its quota held it back (``cpu_throttled_us``; None without)."""
         pdir, mdir = self.dirs["pids"], self.dirs["memory"]
         v2 = self.backend.version == 2
+        throttled = None
+        if "cpu" in self.dirs:
+            stat = self.dirs["cpu"] / "cpu.stat"
+            throttled = _read_key(stat, "throttled_usec")  # v2
+            if throttled is None and (ns := _read_key(stat, "throttled_time")) is not None:
+                throttled = ns // 1000  # v1: nanoseconds
         return {
             "pids_current": _read_int(pdir / "pids.current"),
             "pids_peak": _read_int(pdir / "pids.peak"),
             "memory_peak": _read_int(mdir / ("memory.peak" if v2 else "memory.max_usage_in_bytes")),
             "oom_kills": _read_key(mdir / ("memory.events" if v2 else "memory.oom_control"),
                                    "oom_kill"),
+            "cpu_throttled_us": throttled,
         }
 
 
@@ -278,8 +351,10 @@ _cleaned: set[tuple[Path, ...]] = set()
 
 
 def _remove_stale(be: Backend) -> None:
-    """Empty groups left by graders that were killed before they could remove them (their
-    sandboxes died with them: ``--die-with-parent``). Once per process; never kills anything."""
+    """Groups left by graders that were killed before they could remove them. Their sandboxes
+    die with them (``--die-with-parent``), so such a group is normally empty; anything still in
+    it is a process that outlived its grader, and is killed before the group is removed. Once
+    per process."""
     if tuple(be.dirs) in _cleaned:
         return
     _cleaned.add(tuple(be.dirs))
@@ -288,9 +363,26 @@ def _remove_stale(be: Backend) -> None:
             for d in parent.iterdir():
                 owner = d.name[len(PREFIX):].split("-")[0]
                 if d.name.startswith(PREFIX) and owner.isdigit() and not _alive(int(owner)):
+                    _kill_all_in(d)
                     for root, _, _ in os.walk(d, topdown=False):  # nested groups first
-                        with contextlib.suppress(OSError):
-                            os.rmdir(root)
+                        for delay in (0, 0.01, 0.05, 0.2):
+                            time.sleep(delay)
+                            try:
+                                os.rmdir(root)
+                                break
+                            except FileNotFoundError:
+                                break
+                            except OSError:  # a killed process still counted for a moment
+                                _kill_all_in(d)
+
+
+def _kill_all_in(d: Path) -> None:
+    """SIGKILL every process in group ``d`` and the groups nested in it."""
+    for root, _, _ in os.walk(d):
+        with contextlib.suppress(OSError, ValueError):
+            for pid in map(int, (Path(root) / "cgroup.procs").read_text().split()):
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.kill(pid, signal.SIGKILL)
 
 
 def leftovers(be: Backend | None = None, owner: int | None = None) -> list[Path]:

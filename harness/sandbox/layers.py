@@ -10,7 +10,8 @@ The configured isolation is all of them:
    before bubblewrap starts, so bubblewrap runs unprivileged and maps the sandbox's uid 65534
    to that host uid; a non-root grader already is one;
 3. **group limits** - a cgroup per sandbox with ``pids.max`` and a memory limit for the whole
-   group (:mod:`harness.sandbox.cgroup`);
+   group, and an equal CPU weight (at most one CPU) where ``cpu`` is writable
+   (:mod:`harness.sandbox.cgroup`);
 4. **a seccomp filter** - system calls that reach other processes (``ptrace``, ``pidfd_getfd``,
    ``prlimit64`` on another pid, ...) or leave state behind (SysV IPC, keyrings) fail
    (:mod:`harness.sandbox.seccomp`); bubblewrap loads it.
