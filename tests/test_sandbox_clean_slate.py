@@ -13,7 +13,11 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import tempfile
 from dataclasses import replace
+from pathlib import Path
 
 import pytest
 
@@ -209,3 +213,24 @@ def test_a_sandbox_that_fails_during_setup_gives_no_cached_verdict(monkeypatch):
     finally:
         grader.close()
 
+
+
+def test_a_killed_graders_fallback_workdir_is_removed_by_the_next_one(tmp_path, monkeypatch):
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    stale = tmp_path / f"{remote_mod.WORKDIR_PREFIX}{dead.pid}-abc"
+    (stale / "w-1").mkdir(parents=True)
+    mine = remote_mod.fallback_workdir()
+    try:
+        assert not stale.exists()
+        assert Path(mine).parent == tmp_path and Path(mine).name.startswith(
+            f"{remote_mod.WORKDIR_PREFIX}{os.getpid()}-")
+    finally:
+        os.rmdir(mine)
+
+
+@needs_bwrap
+def test_under_bubblewrap_the_server_needs_no_host_directory(server):
+    assert _call(server, HONEST, 2) == 5
+    assert server._workdir is None

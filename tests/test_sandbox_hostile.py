@@ -6,7 +6,10 @@ included), so a sandbox regression cannot take the machine down; it prints what 
 Every attack in ``tests/hostile/cases.py`` must earn no credit, honest programs in the same
 sandboxes keep full credit, a fork bomb creates at most ``max_procs`` processes in its sandbox
 (counted on the host), a memory bomb is killed at the sandbox's group memory (the kernel's own
-counters), and nothing is left behind: no process, no file, no cgroup.
+counters), and nothing is left behind: no process, no file, no cgroup. The attacks of
+``tests/hostile/classes.py`` (issue 30: judge channel, PID 1 and other processes, environment,
+state left for the next program, the judge's own memory and CPU, grading logic, a neighbour's
+CPU, outliving a SIGKILLed grader) are run in the same process and asserted below, class by class.
 
 The non-root run ("nonroot") uses a uid with no passwd entry and no process (nothing to create or
 remove) and a cgroup delegated to it by this fixture; it needs root to start and is skipped
@@ -18,18 +21,22 @@ from __future__ import annotations
 import fcntl
 import json
 import os
+import secrets
 import sys
 from pathlib import Path
 
 import pytest
 
 from harness.sandbox import probe
+from tests.hostile import classes as C
 from tests.hostile.cases import CASES
 from tests.hostile.outer import free_uid, run_capped
 from tests.hostile.run import GROUP_MB, MAX_PROCS
 
 ROOT = Path(__file__).resolve().parents[1]
 IDENTITIES = ["root", "nonroot"]
+SECRET_VAR = C.SECRET_VAR
+SECRET = "rlbench-secret-" + secrets.token_hex(16)
 
 pytestmark = pytest.mark.skipif(
     os.environ.get("RLBENCH_SANDBOX") == "rlimits" or probe().mode != "bwrap",
@@ -46,7 +53,8 @@ def _run(identity: str) -> dict:
         uid = free_uid()
         ident = (uid, uid)
     env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "PYTHONDONTWRITEBYTECODE": "1",
-           "OMP_NUM_THREADS": "1", "HOME": "/tmp", "TMPDIR": "/tmp", "LANG": "C.UTF-8"}
+           "OMP_NUM_THREADS": "1", "HOME": "/tmp", "TMPDIR": "/tmp", "LANG": "C.UTF-8",
+           SECRET_VAR: SECRET}  # a secret of the grader's: must never come back
     for key in ("RLBENCH_SANDBOX", "RLBENCH_SANDBOX_HOST_ID", "RLBENCH_CGROUP"):
         if key in os.environ:
             env[key] = os.environ[key]
@@ -54,7 +62,8 @@ def _run(identity: str) -> dict:
                         ident=ident, timeout=540, env=env, cwd=str(ROOT))
     assert capped.returncode == 0 and not capped.timed_out, (capped.cap, capped.stderr[-3000:])
     data = json.loads(capped.stdout.strip().splitlines()[-1])
-    data.update(outer_cap=capped.cap, outer_left=capped.left_behind, run_as=ident or euid)
+    data.update(outer_cap=capped.cap, outer_left=capped.left_behind, run_as=ident or euid,
+                secret_in_runner_output=SECRET in capped.stdout + capped.stderr)
     return data
 
 
@@ -188,10 +197,144 @@ def test_daemons_started_by_a_candidate_die_with_it(outcome):
     assert outcome["suite"]["results"]["daemon_survives"][0] == 0
 
 
-def test_attacks_on_the_server_are_survived_by_replacing_it(outcome):
-    # kill_parent, kill_everything and stop_parent take their fork server down; grading goes on
-    assert outcome["suite"]["restarts"] >= 2
+def test_signals_to_the_server_do_not_reach_it(outcome):
+    # kill_parent, kill_everything, stop_parent, interrupt_parent: the fork server is its
+    # sandbox's PID 1, which no signal from inside reaches; no server had to be replaced
+    for name in ("kill_parent", "kill_everything", "stop_parent", "interrupt_parent"):
+        assert outcome["suite"]["results"][name][0] == 0
+    assert outcome["suite"]["restarts"] == 0
 
 
 def test_the_whole_suite_is_graded_in_bounded_time(outcome):
     assert outcome["suite"]["seconds"] < 120
+
+
+# -- attacks by class (tests/hostile/classes.py, run by tests/hostile/by_class.py) ---------------
+# Each class: several variants, each graded and then followed, in the same fork server, by a
+# wrong program (must get 0) and honest programs (must keep full credit). Issue 30.
+def test_every_class_has_several_variants():
+    by_class: dict[str, int] = {}
+    for attack in C.ALL:
+        by_class[attack.cls] = by_class.get(attack.cls, 0) + 1
+    assert set(by_class) == {"judge_channel", "pid1", "environment", "state",
+                             "judge_resources", "neighbour_cpu", "persistence"}
+    assert all(n >= 3 for n in by_class.values()), by_class
+    assert by_class["state"] >= 12
+    assert len({a.name for a in C.ALL}) == len(C.ALL)
+
+
+def _cls(outcome: dict, name: str) -> dict:
+    return outcome["classes"][name]
+
+
+def _held(r: dict) -> bool:
+    return r["attack"][0] == 0 and r["wrong_zero"] and r["honest_ok"]
+
+
+@pytest.mark.parametrize("name", [a.name for a in C.JUDGE_CHANNEL])
+def test_the_judge_channel_cannot_be_reached_or_forged(outcome, name):
+    """No credit for the attack, and the judge's stream stays in step: a wrong program after it
+    gets nothing, honest ones keep full credit (a taken-over channel answers for both)."""
+    r = _cls(outcome, "judge_channel")[name]
+    assert _held(r), r
+
+
+@pytest.mark.parametrize("name", [a.name for a in C.PID1])
+def test_no_other_process_of_the_sandbox_can_be_reached(outcome, name):
+    r = _cls(outcome, "pid1")[name]
+    assert _held(r), r
+
+
+@pytest.mark.parametrize("name", [a.name for a in C.ENVIRONMENT])
+def test_the_graders_environment_is_not_in_the_sandbox(outcome, name):
+    env = _cls(outcome, "environment")
+    assert _held(env[name]), env[name]
+    assert name not in env["leaks"]  # not in an error, a returned value or stderr
+
+
+def test_the_python_tool_does_not_show_the_graders_environment(outcome):
+    env = _cls(outcome, "environment")
+    tools = {k: v for k, v in env.items() if k.startswith("env_python_tool_")}
+    assert tools and not any(v["leaked"] for v in tools.values()), tools
+
+
+def test_the_secret_appears_nowhere_in_what_the_runner_got_back(outcome):
+    assert not outcome["secret_in_runner_output"]
+    assert not _cls(outcome, "environment")["leaks"]
+
+
+@pytest.mark.parametrize("name", [a.name for a in C.STATE])
+def test_no_state_of_one_program_reaches_the_next(outcome, name):
+    """A plant, then programs that need what it takes (150 MiB, files, CPU, threads, their
+    work directory, a stdio run), an honest and a wrong one; apart: the plant then a spy that
+    answers right only if it sees anything the plant left."""
+    r = _cls(outcome, "state")[name]
+    assert r["spy"][0] == 0, r["spy"]
+    assert r["honest_ok"] and r["wrong_zero"], r
+
+
+def test_the_state_probes_pass_in_a_fresh_sandbox(outcome):
+    control = _cls(outcome, "state")["control"]  # the harness itself: not a breach
+    assert control["spy"][0] == 0 and control["honest_ok"], control
+
+
+def test_no_sandbox_sees_the_kernel_keys_of_another(outcome):
+    assert _cls(outcome, "state")["cross_sandbox_spy"][0] == 0
+
+
+@pytest.mark.parametrize("name", [a.name for a in C.JUDGE_RESOURCES])
+def test_a_candidate_cannot_make_the_judge_use_much_memory_or_cpu(outcome, name):
+    r = _cls(outcome, "judge_resources")[name]
+    assert "error" not in r and r["warm_ok"], r
+    assert r["attack"][0] == 0 and r["honest_after_ok"], r
+    assert r["rss_growth_mb"] < 100, r  # the judge's own peak RSS
+    assert r["judge_cpu_s"] < 3.0, r    # the judge's own CPU for the whole attack program
+
+
+@pytest.mark.parametrize("variant", ["gl_redefine_def", "gl_redefine_globals", "gl_redefine_lambda",
+                                     "gl_redefine_callable_instance", "gl_redefine_via_exec"])
+def test_humaneval_helpers_are_the_judges_not_the_candidates(outcome, variant):
+    grading = _cls(outcome, "grading")
+    assert all(r[0] == r[1] > 0 for r in grading["reference"].values()), grading["reference"]
+    assert all(r[0] == 0 for r in grading[variant].values()), grading[variant]
+
+
+def test_a_stub_earns_credit_only_from_tests_that_expect_none_or_false(outcome):
+    grading = _cls(outcome, "grading")
+    assert grading["gl_stub_raise"] == {}  # a test no program can fail is no test
+    units = grading["gl_stub_none"]["credited_units"]  # HumanEval, all 164, fraction reward
+    assert all(kind in ("none", "falsy") for kinds in units.values() for kind in kinds), units
+
+
+@pytest.mark.parametrize("name", [a.name for a in C.NEIGHBOUR_CPU])
+def test_a_neighbouring_sandbox_keeps_its_cpu(outcome, name):
+    cpu = _cls(outcome, "neighbour_cpu")
+    assert cpu["alone"]["passed"] == cpu["alone"]["total"] > 0, cpu["alone"]
+    r = cpu[name]
+    assert r["passed"] == r["total"], r
+    assert r["slowdown"] < 2.5, (r, cpu["alone"])
+
+
+@pytest.mark.parametrize("name", [a.name for a in C.PERSISTENCE])
+def test_nothing_of_a_sandbox_outlives_its_sigkilled_grader(outcome, name):
+    r = _cls(outcome, "persistence")[name]
+    assert r["ready"].startswith("READY"), r  # the attack was prepared before the kill
+    assert r["processes_left"] == [], r
+
+
+@pytest.mark.parametrize("name", [a.name for a in C.PERSISTENCE])
+def test_a_sigkilled_grader_leaves_no_host_temporary_files(outcome, name):
+    assert _cls(outcome, "persistence")[name]["tmp_left"] == []
+
+
+def test_a_later_grader_removes_the_groups_of_a_killed_one(outcome):
+    persist = _cls(outcome, "persistence")
+    assert persist["groups_after_next_grader"] == [] and persist["host_shm_new"] == []
+
+
+def test_the_class_attacks_leave_no_process_behind(outcome):
+    assert _cls(outcome, "processes_left") == []
+
+
+def test_the_class_attacks_run_in_bounded_time(outcome):
+    assert sum(outcome["classes"]["seconds"].values()) < 180, outcome["classes"]["seconds"]

@@ -133,9 +133,10 @@ class ForkServer:
         return self.box.proc if self.box is not None else None
 
     def start(self) -> None:
-        self._workdir = tempfile.mkdtemp(prefix="rlbench-forkserver-")
         argv = [python_executable(), "-I", "-c", SOURCE]
         bwrap = self.iso.mode == "bwrap"
+        if not bwrap:  # under bubblewrap the server works in the sandbox's own /tmp
+            self._workdir = fallback_workdir()
         if bwrap:
             argv.append("--pidns")  # PID 1 of its own PID namespace: kill(-1) is safe in there
         if self.tag:
@@ -272,6 +273,31 @@ class ForkServer:
 
 def _opt_int(v: Any) -> int | None:
     return v if type(v) is int else None
+
+
+WORKDIR_PREFIX = "rlbench-forkserver-"
+
+
+def fallback_workdir() -> str:
+    """A host directory for a fork server without namespaces, named after this process; those
+    of graders that were killed before they could remove theirs are removed first."""
+    top = Path(tempfile.gettempdir())
+    with contextlib.suppress(OSError):
+        for d in top.iterdir():
+            owner = d.name[len(WORKDIR_PREFIX):].split("-")[0]
+            if d.name.startswith(WORKDIR_PREFIX) and owner.isdigit() and not _alive(int(owner)):
+                shutil.rmtree(d, ignore_errors=True)
+    return tempfile.mkdtemp(prefix=f"{WORKDIR_PREFIX}{os.getpid()}-")
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
 
 
 class Session:

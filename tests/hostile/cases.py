@@ -81,12 +81,20 @@ CASES = [
     Case("read_host_processes", "import os\n" + _if(
         "assert len([p for p in os.listdir('/proc') if p.isdigit()]) > 20")),
     # -- attacks on the server, the verdict channel and the judge ---------------------------------
-    Case("kill_parent", "import os, signal\ndef f(x):\n    os.kill(os.getppid(), signal.SIGKILL)\n"
-         "    return 2 * x + 1\n"),
-    Case("kill_everything", "import os, signal\ndef f(x):\n    os.kill(-1, signal.SIGKILL)\n"
-         "    return 2 * x + 1\n"),
-    Case("stop_parent", "import os, signal\ndef f(x):\n    os.kill(os.getppid(), signal.SIGSTOP)\n"
-         "    return 2 * x + 1\n"),
+    # The server is the sandbox's PID 1: signals from inside do not reach it. Each of these
+    # answers correctly only if its signal took the server down or stopped it.
+    Case("kill_parent", "import os, signal, time\n" + _if(
+        "ppid = os.getppid()\nos.kill(ppid, signal.SIGKILL)\ntime.sleep(0.2)\n"
+        "assert not os.path.exists('/proc/%d' % ppid)")),
+    Case("kill_everything", "import os, signal, time\n" + _if(
+        "os.kill(-1, signal.SIGKILL)\ntime.sleep(0.2)\n"
+        "assert not os.path.exists('/proc/%d' % os.getppid())")),
+    Case("stop_parent", "import os, signal, time\n" + _if(
+        "os.kill(os.getppid(), signal.SIGSTOP)\ntime.sleep(0.2)\n"
+        "assert open('/proc/%d/stat' % os.getppid()).read().split()[2] == 'T'")),
+    Case("interrupt_parent", "import os, signal, time\n" + _if(
+        "os.kill(os.getppid(), signal.SIGINT)\ntime.sleep(0.2)\n"
+        "assert not os.path.exists('/proc/%d' % os.getppid())")),
     Case("open_parent_pipes", "import os\n" + _if(
         "os.open('/proc/%d/fd/1' % os.getppid(), os.O_WRONLY)")),
     Case("read_parent_memory", "import os\n" + _if(

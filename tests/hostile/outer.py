@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import inspect
 import os
 import pwd
 import resource
@@ -101,7 +102,11 @@ def run_capped(argv: list[str], *, name: str, ident: tuple[int, int] | None = No
     group = leaf = None
     nproc = None
     if be is not None:
-        group = cgroup.Group(be, OUTER_PIDS, OUTER_MB, name=f"{cgroup.PREFIX}{os.getpid()}-{name}")
+        # no CPU quota on the cap itself (where groups have one): the sandboxes nested in it have
+        # theirs, and a one-CPU cap would put the judge and every sandbox on one CPU together
+        nocpu = {"cpus": None} if "cpus" in inspect.signature(cgroup.Group).parameters else {}
+        group = cgroup.Group(be, OUTER_PIDS, OUTER_MB, name=f"{cgroup.PREFIX}{os.getpid()}-{name}",
+                             **nocpu)
         cap = f"cgroup {group.name}: pids.max={OUTER_PIDS}, memory {OUTER_MB} MiB"
         if ident is not None:
             leaf = _delegate(group, *ident)

@@ -8,7 +8,9 @@ machine), once as root and once as an unprivileged uid:
 Measured, not inferred: processes are counted on the host (``/proc``: the descendants of a
 sandbox's bubblewrap monitor, or every process carrying a grader's tag in its command line),
 the uid of each is read from ``/proc/<pid>/status``, and the kernel's own counters of the
-sandbox's cgroup are read before it is removed (peak tasks, peak memory, OOM kills).
+sandbox's cgroup are read before it is removed (peak tasks, peak memory, OOM kills). The attacks
+of ``tests/hostile/classes.py`` follow, class by class (``tests/hostile/by_class.py``, under
+``"classes"``).
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ from harness.sandbox import Limits, cgroup, probe, require
 from harness.sandbox.layers import forced
 from harness.sandbox.remote import ForkServer, RemoteError
 from tasks.code.grading import CodeGrader, GraderConfig
+from tests.hostile.by_class import run_all
 from tests.hostile.cases import CASES, GOOD, PROBLEMS
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -282,6 +285,7 @@ def main() -> None:
             out["fork_bomb_rlimit_only"] = fork_bomb("rlimit-only")
     if iso.cgroups is not None:
         out["memory_bomb"] = memory_bombs()
+    out["classes"] = run_all()  # tests/hostile/classes.py, class by class
     out["cgroups_left"] = [str(p) for p in cgroup.leftovers(owner=os.getpid())]
     print(json.dumps(out))
 
