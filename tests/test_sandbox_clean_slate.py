@@ -14,8 +14,11 @@
 from __future__ import annotations
 
 import os
+import resource
 import subprocess
+import sys
 import tempfile
+import time
 from dataclasses import replace
 from pathlib import Path
 
@@ -234,3 +237,73 @@ def test_a_killed_graders_fallback_workdir_is_removed_by_the_next_one(tmp_path, 
 def test_under_bubblewrap_the_server_needs_no_host_directory(server):
     assert _call(server, HONEST, 2) == 5
     assert server._workdir is None
+
+
+# -- the judge is bounded: what a candidate names or returns cannot make it import, hash,
+# allocate or receive without limit ------------------------------------------------------------
+def _fraction_grader() -> CodeGrader:
+    return CodeGrader(GraderConfig(workers=1, cache_size=0, stop_on_first_failure=False,
+                                   allow_weaker_isolation=True))
+
+
+@needs_bwrap
+def test_the_judge_never_imports_a_module_because_a_candidate_named_it():
+    grader = _fraction_grader()
+    try:
+        for fake in ("this", "antigravity", "msvcrt", "winreg"):
+            program = f"import types\n{fake} = types.ModuleType({fake!r})\n" + HONEST
+            result = grader.grade(AFFINE, program)  # must not raise, nor import it
+            assert result.passed == 3, (fake, result)
+            assert fake not in sys.modules
+        real = grader.grade(AFFINE, "import math\ndef f(x):\n    return math.floor(2 * x + 1)\n")
+        assert real.passed == 3
+    finally:
+        grader.close()
+
+
+@needs_bwrap
+def test_values_with_colliding_hashes_are_refused_before_the_test_hashes_them():
+    # every k * (2**61 - 1) hashes to 0: a set of n of them costs the judge O(n^2)
+    problem = {"kind": "functional", "preamble": "",
+               "units": ["assert len(set(f(2))) == 5\n", "assert f(3) in {1, 2}\n"]}
+    bomb = "def f(x):\n    return [k * ((1 << 61) - 1) for k in range(1, 20001)]\n"
+    grader = _fraction_grader()
+    try:
+        start = time.monotonic()
+        result = grader.grade(problem, bomb)
+        assert time.monotonic() - start < 20  # O(n^2) would be minutes
+        assert result.passed == 0 and result.oversized >= 1, result
+        honest = [k * ((1 << 61) - 1) for k in range(1, 6)]
+        assert grader.grade(problem, f"def f(x):\n    return {honest}\n").passed == 1
+    finally:
+        grader.close()
+
+
+@needs_bwrap
+def test_a_remote_len_beyond_the_value_limit_is_refused():
+    problem = {"kind": "functional", "preamble": "", "units": ["assert tuple(f(3)) == ()\n"]}
+    program = ("class It:\n    def __len__(self):\n        return 200_000_000\n"
+               "    def __iter__(self):\n        return iter([])\ndef f(x):\n    return It()\n")
+    grader = _fraction_grader()
+    try:
+        before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+        assert grader.grade(problem, program).passed == 0
+        assert resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before < 200_000  # KiB
+    finally:
+        grader.close()
+
+
+@needs_bwrap
+def test_one_program_cannot_send_more_than_the_session_budget(monkeypatch):
+    monkeypatch.setattr(remote_mod, "MAX_SESSION_BYTES", 1 << 20)
+    problem = {"kind": "functional", "preamble": "", "units": ["assert sorted(f(3)) == []\n"]}
+    program = ("def f(x):\n    i = 0\n    while True:\n        i += 1\n"
+               "        yield str(i) + 'a' * 100_000\n")
+    grader = _fraction_grader()
+    try:
+        result = grader.grade(problem, program)
+        assert result.passed == 0 and result.oversized == 1, result
+        finite = "def f(x):\n    yield from ()\n"  # a generator has no len(): still iterated
+        assert grader.grade(problem, finite).passed == 1
+    finally:
+        grader.close()

@@ -58,6 +58,15 @@ SOURCE = (Path(__file__).parent / "forkserver.py").read_text()
 MAX_REPLY_BYTES = 8 << 20
 MAX_REPLY_VALUES = 1_000_000
 MAX_REPLY_CONTAINERS = 100_000
+# Over one loaded program (every call, attribute, iteration step of every test): replies in all,
+# and operations. A remote iterator yielding 8 MiB strings would otherwise grow the judge by
+# gigabytes within a problem's time budget.
+MAX_SESSION_BYTES = 64 << 20
+MAX_SESSION_OPS = 1_000_000
+# Distinct hashable values whose hash equals another's, counted over one loaded program's
+# containers of 64 or more elements: a set, dict or `in` test over n such values costs the judge
+# O(n^2) with the GIL held (ints k * (2**61 - 1) all hash to 0).
+MAX_HASH_CLASHES = 1000
 GRACE_S = 3.0  # server overhead allowed beyond a candidate's own timeout before it is replaced
 MAX_DEPTH = 200
 MEMORY_SLACK_MB = 32  # group memory a clean sandbox may gain over its lowest charge (page cache)
@@ -254,6 +263,9 @@ class ForkServer:
         floor = usage if self._memory_floor is None else min(self._memory_floor, usage)
         self._memory_floor = floor
         slack = max(MEMORY_SLACK_MB, self.limits.group_memory_mb // 4) << 20
+        if usage > floor + slack:  # sockets in flight are freed asynchronously: look again
+            time.sleep(0.1)
+            usage = group.memory_current() or 0
         return usage <= floor + slack
 
     def run_stdio(self, code: str, stdin: str, *, timeout: float, cpu_s: float,
@@ -300,6 +312,24 @@ def _alive(pid: int) -> bool:
     return True
 
 
+# Standard-library modules without side effects on import, which a test may use through the
+# candidate's `import` (the tests run with the candidate's names).
+JUDGE_MODULES = frozenset({
+    "array", "bisect", "cmath", "collections", "copy", "datetime", "decimal", "fractions",
+    "functools", "hashlib", "heapq", "itertools", "json", "math", "numbers", "operator",
+    "random", "re", "statistics", "string", "sys", "typing",
+})
+
+
+def _judge_module(name: str) -> Any:
+    """The judge's own module ``name``, or None (see :meth:`Session.namespace`)."""
+    module = sys.modules.get(name)
+    if module is None and name in JUDGE_MODULES:
+        with contextlib.suppress(Exception):
+            module = importlib.import_module(name)
+    return module if name in sys.stdlib_module_names else None
+
+
 class Session:
     """One loaded candidate. Every operation is bounded by ``call_timeout`` and the session's
     overall ``deadline``; after a timeout or crash the session is dead (operations raise)."""
@@ -310,6 +340,9 @@ class Session:
         self.deadline = deadline
         self.names: dict[str, Any] = {}
         self.dead: str | None = None
+        self.bytes_in = 0
+        self.ops = 0
+        self.clashes = 0
 
     def namespace(self, reserved: Collection[str] = frozenset(),
                   allow: Collection[str] = frozenset()) -> dict[str, Any]:
@@ -317,8 +350,10 @@ class Session:
         or ``reserved`` names (the judge's own helpers): a candidate that defines ``abs``,
         ``set`` or ``isinstance`` must not change what the test's own calls compute. Only the
         problem's entry points (``allow``: MBPP 126 *asks* for a function named ``sum``) may
-        take a builtin's name. A module
-        the candidate imported is the judge's own copy of that standard-library module."""
+        take a builtin's name. A module the candidate imported is the judge's own copy of that
+        standard-library module, if the judge has already imported it or it is one of
+        :data:`JUDGE_MODULES`; the judge never imports a module because a candidate named it
+        (``this``, ``antigravity`` and ``msvcrt`` would print, open a browser or fail)."""
         out: dict[str, Any] = {}
         for name, value in self.names.items():
             if name.startswith("__") or (
@@ -327,9 +362,10 @@ class Session:
                 continue
             obj = decode(value, self)
             if isinstance(obj, Proxy) and obj._kind == "module":
-                if obj._type != name or name not in sys.stdlib_module_names:
+                module = _judge_module(name) if obj._type == name else None
+                if module is None:
                     continue
-                obj = importlib.import_module(name)
+                obj = module
             out[name] = obj
         return out
 
@@ -345,8 +381,12 @@ class Session:
         if status != "ok":
             self.dead = "died"
             raise RemoteDiedError(f"candidate process died ({reply.get('error')})")
+        self.bytes_in += len(body)
         try:
             check_reply_size(body)
+            if self.bytes_in > MAX_SESSION_BYTES:
+                raise ReplyTooLargeError(f"replies of {self.bytes_in} bytes in all from one "
+                                         f"program (limit {MAX_SESSION_BYTES})")
         except ReplyTooLargeError:
             self.dead = "too_large"  # the candidate is still running: the next load kills it
             raise
@@ -362,6 +402,10 @@ class Session:
     def op(self, payload: dict[str, Any]) -> dict[str, Any]:
         if self.dead:
             raise RemoteDiedError(f"candidate is gone ({self.dead})")
+        self.ops += 1
+        if self.ops > MAX_SESSION_OPS:
+            self.dead = "too_large"
+            raise ReplyTooLargeError(f"more than {MAX_SESSION_OPS} operations on one program")
         timeout = self.call_timeout
         if self.deadline is not None:
             timeout = min(timeout, self.deadline - time.monotonic())
@@ -435,9 +479,19 @@ class Proxy:
             yield decode(msg.get("value"), self._session)
 
     def __len__(self) -> int:
-        n = decode(self._session.op({"op": "len", "ref": self._id})["value"], self._session)
-        if type(n) is not int or n < 0:
-            raise RemoteError("len() of a candidate object is not a non-negative int")
+        try:
+            n = decode(self._session.op({"op": "len", "ref": self._id})["value"],
+                       self._session)
+        except (RemoteDiedError, RemoteTimeoutError, ReplyTooLargeError):
+            raise
+        except RemoteError as exc:
+            # the candidate's own len() raised (a generator has none): a TypeError, so that
+            # list(), sorted(), tuple() fall back to iterating, as on a local object
+            raise TypeError(str(exc)) from None
+        if type(n) is not int or n < 0 or n > MAX_REPLY_VALUES:
+            # a huge len() makes tuple()/list() preallocate in the judge before iterating
+            raise RemoteError(f"len() of a candidate object is not an int in [0, "
+                              f"{MAX_REPLY_VALUES}]")
         return n
 
     def __getitem__(self, key: Any) -> Any:
@@ -504,14 +558,38 @@ def decode(x: Any, session: Session, depth: int = 0) -> Any:
         if t == "complex":
             return complex(float(v[0]), float(v[1]))
         if t == "dict":
-            return {decode(k, session, depth + 1): decode(val, session, depth + 1)
-                    for k, val in v}
+            pairs = [(decode(k, session, depth + 1), decode(val, session, depth + 1))
+                     for k, val in v]
+            _count_clashes([k for k, _ in pairs], session)
+            return dict(pairs)
         items = [decode(e, session, depth + 1) for e in v]
+        _count_clashes(items, session)
         return {"list": list, "tuple": tuple, "set": set, "frozenset": frozenset}[t](items)
     except RemoteError:
         raise
     except Exception as exc:
         raise RemoteError(f"malformed value from candidate ({type(exc).__name__})") from None
+
+
+def _count_clashes(items: list[Any], session: Session) -> None:
+    """Count values in ``items`` whose hash equals an earlier, different value's; refuse the
+    reply past :data:`MAX_HASH_CLASHES` for the session. O(n): only the first value per hash is
+    kept, and the hashes themselves are distinct ints (their own hashes do not clash)."""
+    if len(items) < 64:
+        return
+    first: dict[int, Any] = {}
+    for item in items:
+        try:
+            h = hash(item)
+        except TypeError:  # lists, dicts, sets: not a key of anything the judge builds
+            continue
+        seen = first.setdefault(h, item)
+        if seen is not item and seen != item:
+            session.clashes += 1
+    if session.clashes > MAX_HASH_CLASHES:
+        session.dead = "too_large"
+        raise ReplyTooLargeError(f"{session.clashes} values with colliding hashes "
+                                 f"(limit {MAX_HASH_CLASHES})")
 
 
 class ServerPool:

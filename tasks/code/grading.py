@@ -285,6 +285,9 @@ class CodeGrader:
                 result.oversized += isinstance(exc, ReplyTooLargeError)
                 result.status, result.error = "load_error", str(exc)[:300]
                 break
+            except Exception as exc:  # nothing the candidate defines may stop the grader
+                result.status, result.error = "load_error", f"{type(exc).__name__}: {exc}"[:300]
+                break
             try:
                 ns = {**base, **names}
                 for setup in answer.get("judge_setup", []):
