@@ -24,7 +24,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.sandbox import Limits, probe, run_python
+from harness.sandbox import Limits, codec, probe, run_python
 from harness.sandbox import remote as remote_mod
 from harness.sandbox.layers import SANDBOX_ENV, forced
 from harness.sandbox.remote import ForkServer, ReplyTooLargeError, check_reply_size
@@ -170,7 +170,7 @@ def test_a_server_whose_limits_were_changed_is_replaced_before_the_next_program(
 
 @needs_bwrap
 def test_a_reply_over_the_limits_fails_the_call_and_is_counted(monkeypatch):
-    monkeypatch.setattr(remote_mod, "MAX_REPLY_CONTAINERS", 1000)
+    monkeypatch.setattr(codec, "MAX_REPLY_CONTAINERS", 1000)
     grader = CodeGrader(GraderConfig(workers=1, cache_size=0, stop_on_first_failure=False,
                                      allow_weaker_isolation=True))
     try:
@@ -180,13 +180,13 @@ def test_a_reply_over_the_limits_fails_the_call_and_is_counted(monkeypatch):
     finally:
         grader.close()
     with pytest.raises(ReplyTooLargeError):
-        check_reply_size(b"[" + b"0," * (remote_mod.MAX_REPLY_VALUES + 1) + b"0]")
+        check_reply_size(b"[" + b"0," * (codec.MAX_REPLY_VALUES + 1) + b"0]")
     check_reply_size(b'{"ok": true, "value": ' + b"7" * 1000 + b"}")
 
 
 @needs_bwrap
 def test_a_reply_over_the_byte_limit_never_reaches_the_judge(server, monkeypatch):
-    monkeypatch.setattr(remote_mod, "MAX_REPLY_BYTES", 1 << 16)
+    monkeypatch.setattr(codec, "MAX_REPLY_BYTES", 1 << 16)
     with pytest.raises(ReplyTooLargeError, match="bytes"):
         _call(server, "def f(x):\n    return 'x' * (1 << 20)\n", 0)
     assert _call(server, HONEST, 2) == 5 and server.restarts == 0
@@ -295,7 +295,7 @@ def test_a_remote_len_beyond_the_value_limit_is_refused():
 
 @needs_bwrap
 def test_one_program_cannot_send_more_than_the_session_budget(monkeypatch):
-    monkeypatch.setattr(remote_mod, "MAX_SESSION_BYTES", 1 << 20)
+    monkeypatch.setattr(codec, "MAX_SESSION_BYTES", 1 << 20)
     problem = {"kind": "functional", "preamble": "", "units": ["assert sorted(f(3)) == []\n"]}
     program = ("def f(x):\n    i = 0\n    while True:\n        i += 1\n"
                "        yield str(i) + 'a' * 100_000\n")
@@ -307,3 +307,41 @@ def test_one_program_cannot_send_more_than_the_session_budget(monkeypatch):
         assert grader.grade(problem, finite).passed == 1
     finally:
         grader.close()
+
+
+# -- nothing of one program is in the memory of the next ------------------------------------------
+SCAN = r'''
+import ctypes, hashlib, re
+def f(wanted):
+    found = []
+    with open("/proc/self/maps") as fh:
+        regions = [line.split() for line in fh]
+    for r in regions:
+        if len(r) < 2 or not r[1].startswith("rw"):
+            continue
+        lo, hi = (int(x, 16) for x in r[0].split("-"))
+        try:
+            data = ctypes.string_at(lo, hi - lo)
+        except Exception:
+            continue
+        for m in re.finditer(rb"(?:CODE|REPLY|OUT)_([0-9a-f]{32})", data):
+            if hashlib.sha256(m.group(1)).hexdigest() in wanted:
+                found.append(m.group(0)[:5].decode())
+    return sorted(set(found))
+'''
+
+
+@needs_bwrap
+def test_a_program_finds_nothing_of_the_previous_ones_in_its_memory(server):
+    import hashlib
+    import secrets
+
+    tokens = {kind: secrets.token_hex(16) for kind in ("CODE", "REPLY", "OUT")}
+    wanted = [hashlib.sha256(t.encode()).hexdigest() for t in tokens.values()]
+    code = (f"KEEP = 'CODE_{tokens['CODE']}'\n"
+            f"def f(x):\n    return 'REPLY_{tokens['REPLY']}'\n")
+    assert _call(server, code, 0) == "REPLY_" + tokens["REPLY"]
+    printed = server.run_stdio(f"print('OUT_{tokens['OUT']}')\n", "", timeout=10, cpu_s=5)
+    assert printed.stdout.decode().strip() == "OUT_" + tokens["OUT"]
+    server.unload()
+    assert _call(server, SCAN, wanted) == []

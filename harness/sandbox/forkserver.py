@@ -1,27 +1,32 @@
 """The fork server that runs *inside* the sandbox (stdlib only; shipped to it with ``python -c``).
 
 It is untrusted territory: nothing it says decides a verdict. The judge outside
-(:mod:`harness.sandbox.remote`) sends framed requests on fd 0 and reads framed replies on fd 1.
+(:mod:`harness.sandbox.remote`) sends control requests (start a program, wait for it, end it)
+on a unix socket that is the server's fd 0 and 1, with the program's own descriptors attached
+(``SCM_RIGHTS``), and reads one framed reply per request. **The server never sees a
+program's code, arguments, replies or output**: the judge hands the child a socket (functional
+mode) or memory files and pipes (stdio mode) of its own and talks to it directly. So nothing of
+one program is left in the server's memory, which the next program's process is forked from.
 Under bubblewrap (``--pidns``) the server is the sandbox's PID 1 (``bwrap --as-pid-1``): no other
-process in the sandbox holds those pipes, the kernel drops every signal sent to it from inside
+process in the sandbox holds that socket, the kernel drops every signal sent to it from inside
 the namespace (it installs no handler), and the seccomp filter
 (:mod:`harness.sandbox.seccomp`) with ``PR_SET_DUMPABLE=0`` keeps candidates from tracing it,
 reading its memory, copying its descriptors or changing its limits.
 
 For every candidate program the server forks a fresh child that
 
-* closes the protocol pipes and every other inherited descriptor, points stdin/stdout/stderr at
-  ``/dev/null`` (functional mode) or at capped pipes (stdio mode; stdin is an anonymous memory
-  file, never a path), works in a fresh directory under ``/tmp`` with an unpredictable name,
-  created without following links, and gets its own CPU-seconds limit; once set up it says so
-  on a pipe of its own, so a child that dies during setup is told apart from a candidate that
-  exits (the judge then replaces the sandbox and caches nothing);
-* ``exec``s the candidate source in a new namespace, then answers remote operations (call a
-  function, get/set an attribute, iterate) over its own socketpair. Values cross as tagged JSON
-  of plain data (None, bool, int, float, str, bytes, complex, list, tuple, set, frozenset, dict);
-  anything else stays in the child and crosses as an opaque reference. So a candidate's object
-  with a lying ``__eq__`` never reaches the judge, and the tests' expected values never enter
-  the sandbox.
+* closes the control socket and every other descriptor but its own channel, points
+  stdin/stdout/stderr at ``/dev/null`` (functional mode) or at the judge's memory file and
+  pipes (stdio mode; stdin is never a path), works in a fresh directory under ``/tmp`` with an
+  unpredictable name, created without following links, and gets its own CPU-seconds limit;
+  once set up it says so on a pipe of its own, so a child that dies during setup is told apart
+  from a candidate that exits (the judge then replaces the sandbox and caches nothing);
+* reads its source from its own channel, ``exec``s it in a new namespace, then answers remote
+  operations (call a function, get/set an attribute, iterate) over its own socket. Values
+  cross as tagged JSON of plain data (None, bool, int, float, str, bytes, complex, list,
+  tuple, set, frozenset, dict); anything else stays in the child and crosses as an opaque
+  reference. So a candidate's object with a lying ``__eq__`` never reaches the judge, and the
+  tests' expected values never enter the sandbox.
 
 Every program starts from a clean slate. After each candidate (and on any timeout) the server
 SIGKILLs the child and, inside bubblewrap's PID namespace, every other process but itself
@@ -29,8 +34,7 @@ SIGKILLs the child and, inside bubblewrap's PID namespace, every other process b
 ``/dev`` are read-only) and then checks that the state is as it was at start: no other process,
 empty writable places, no SysV IPC object, its own rlimits, nice value and CPU affinity
 unchanged. If anything differs the reply says ``dirty`` and the server runs nothing more: the
-judge replaces the whole sandbox. Replies larger than the judge's ``max_reply`` are not
-forwarded (``too_large``; the child is killed).
+judge replaces the whole sandbox.
 """
 
 import builtins
@@ -166,9 +170,10 @@ def answer(op, msg):
     raise ValueError("unknown op " + repr(op))
 
 
-def child_functional(sock, code):
+def child_functional(sock):
     namespace = {"__name__": "candidate", "__builtins__": builtins}
     try:
+        code = recv(sock)  # straight from the judge
         exec(compile(code, "<candidate>", "exec"), namespace)
         names = {}
         for k, v in list(namespace.items()):
@@ -197,8 +202,10 @@ def _describe(exc):
     return type(exc).__name__ + ": " + str(exc)[:300]
 
 
-def child_stdio(code):
+def child_stdio(code_fd):
     try:
+        with os.fdopen(code_fd, "rb") as fh:  # a memory file the judge wrote
+            code = fh.read()
         exec(compile(code, "<candidate>", "exec"), {"__name__": "__main__",
                                                     "__builtins__": builtins})
         status = 0
@@ -286,7 +293,6 @@ def _sysv_objects():
 class Server:
     def __init__(self):
         self.child = None
-        self.sock = None
         self.workdir = None
         self.baseline = _state()
         self.dirty = None  # why the state differs from the baseline (then nothing more runs)
@@ -323,16 +329,16 @@ class Server:
     def cleanup(self):
         """Kill and reap every process of the last program, wipe the writable places, then check
         the state against the baseline (``self.dirty``)."""
+        if PIDNS and self.workdir is not None:  # a program ran: everything but us goes
+            with contextlib.suppress(OSError):
+                os.kill(-1, signal.SIGKILL)
         if self.child is not None:
-            for target in ((-self.child, self.child) if not PIDNS else (-1,)):
+            for target in (-self.child, self.child):
                 with contextlib.suppress(OSError):
                     os.kill(target, signal.SIGKILL)
             with contextlib.suppress(ChildProcessError):
                 os.waitpid(self.child, 0)
             self.child = None
-        if self.sock is not None:
-            self.sock.close()
-            self.sock = None
         if self.workdir is None:
             return
         self.workdir = None
@@ -363,108 +369,55 @@ class Server:
         if problems and self.dirty is None:
             self.dirty = "; ".join(problems)
 
-    def load(self, hdr):
+    def spawn(self, hdr, fds):
+        """Start one program with the descriptors the judge sent: functional mode, its socket;
+        stdio mode, memory files holding the source and stdin, and the stdout/stderr pipes."""
         self.cleanup()
-        if self.dirty:
-            return {"status": "dirty", "error": self.dirty}, None
-        parent, child = socket.socketpair()
-        code = hdr["code"]
+        if self.dirty or len(fds) != (1 if hdr.get("mode") == "functional" else 4):
+            for fd in fds:
+                os.close(fd)
+            return {"status": "dirty", "error": self.dirty or "bad descriptors"}
+        if hdr["mode"] == "functional":
+            (sock,) = fds
+            setup, keep = _redirect_null, {0, 1, 2, sock}
+        else:
+            code_fd, in_fd, out_fd, err_fd = fds
 
-        def setup():
-            parent.close()
-            _redirect_null()
+            def setup():
+                for fd, std in ((in_fd, 0), (out_fd, 1), (err_fd, 2)):
+                    os.dup2(fd, std)
 
-        pid, ready = self.fork(hdr["cpu_s"], setup, {0, 1, 2, child.fileno()})
+            keep = {0, 1, 2, code_fd}
+        pid, ready = self.fork(hdr["cpu_s"], setup, keep)
         if pid == 0:
-            try:
-                child_functional(child.fileno(), code)
-            finally:
-                os._exit(0)
-        child.close()
-        self.sock = parent
+            if hdr["mode"] == "functional":
+                try:
+                    child_functional(sock)
+                finally:
+                    os._exit(0)
+            child_stdio(code_fd)
+        for fd in fds:
+            os.close(fd)
         if not ready:
             self.cleanup()
-            return {"status": "setup_failed"}, None
-        return self.wait_reply(hdr["timeout"], hdr.get("max_reply", MAX_FRAME))
+            return {"status": "setup_failed"}
+        return {"status": "ok"}
 
-    def wait_reply(self, timeout, max_reply):
-        deadline = time.monotonic() + timeout
-        fd = self.sock.fileno()
-        try:
-            (n,) = struct.unpack(">I", read_exact(fd, 4, deadline))
-            if n > max_reply:
-                self.cleanup()
-                return {"status": "too_large", "bytes": n}, None
-            body = read_exact(fd, n, deadline)
-        except TimeoutError:
-            self.cleanup()
-            return {"status": "timeout"}, None
-        except (EOFError, OSError, ValueError) as exc:
-            self.cleanup()
-            return {"status": "died", "error": type(exc).__name__}, None
-        return {"status": "ok"}, body
-
-    def request(self, hdr, body):
-        if self.sock is None:
-            return {"status": "died", "error": "no candidate loaded"}, None
-        try:
-            send(self.sock.fileno(), body)
-        except OSError:
-            self.cleanup()
-            return {"status": "died", "error": "send failed"}, None
-        return self.wait_reply(hdr["timeout"], hdr.get("max_reply", MAX_FRAME))
-
-    def stdio(self, hdr):
-        self.cleanup()
-        if self.dirty:
-            return {"status": "dirty", "error": self.dirty}, None
-        out_r, out_w = os.pipe()
-        err_r, err_w = os.pipe()
-        stdin = os.memfd_create("stdin", 0)  # no path a candidate could plant anything at
-        data = memoryview(hdr["stdin"].encode())
-        while data:
-            data = data[os.write(stdin, data):]
-        os.lseek(stdin, 0, os.SEEK_SET)
-
-        def setup():
-            os.close(out_r)
-            os.close(err_r)
-            os.dup2(stdin, 0)
-            os.dup2(out_w, 1)
-            os.dup2(err_w, 2)
-
-        pid, ready = self.fork(hdr["cpu_s"], setup, {0, 1, 2})
-        if pid == 0:
-            child_stdio(hdr["code"])
-        os.close(stdin)
-        os.close(out_w)
-        os.close(err_w)
-        if not ready:
-            os.close(out_r)
-            os.close(err_r)
-            self.cleanup()
-            return {"status": "setup_failed"}, None
-        out, err, timed_out, truncated = _collect(out_r, err_r, hdr["timeout"], hdr["max_output"])
-        status = None
-        if not (timed_out or truncated):
-            deadline = time.monotonic() + 1.0
-            while time.monotonic() < deadline:
-                pid, st = os.waitpid(self.child, os.WNOHANG)
-                if pid:
-                    status = st
-                    self.child = None
-                    break
-                time.sleep(0.002)
-            else:
-                timed_out = True
-        self.cleanup()
-        head = {"status": "ok", "timed_out": timed_out, "truncated": truncated,
-                "exit": os.WEXITSTATUS(status) if status is not None and os.WIFEXITED(status)
-                else None,
-                "signal": os.WTERMSIG(status) if status is not None and os.WIFSIGNALED(status)
-                else None,
-                "stderr": err[-2000:].decode("utf-8", "replace")}
-        return head, out
+    def wait(self, hdr):
+        """The exit status of the current program (stdio mode), waited for up to ``timeout``."""
+        if self.child is None:
+            return {"status": "died", "error": "no program"}
+        deadline = time.monotonic() + hdr["timeout"]
+        while True:
+            pid, st = os.waitpid(self.child, os.WNOHANG)
+            if pid:
+                self.child = None
+                return {"status": "ok",
+                        "exit": os.WEXITSTATUS(st) if os.WIFEXITED(st) else None,
+                        "signal": os.WTERMSIG(st) if os.WIFSIGNALED(st) else None}
+            if time.monotonic() > deadline:
+                return {"status": "timeout"}
+            time.sleep(0.001)
 
 
 def _read_ready(fd):
@@ -474,31 +427,6 @@ def _read_ready(fd):
             return os.read(fd, 1) == b"R"
         except InterruptedError:
             continue
-
-
-def _collect(out_r, err_r, timeout, cap):
-    bufs = {out_r: bytearray(), err_r: bytearray()}
-    deadline = time.monotonic() + timeout
-    live = [out_r, err_r]
-    timed_out = truncated = False
-    while live:
-        left = deadline - time.monotonic()
-        if left <= 0:
-            timed_out = True
-            break
-        for fd in select.select(live, [], [], left)[0]:
-            chunk = os.read(fd, 1 << 16)
-            if not chunk:
-                live.remove(fd)
-            elif len(bufs[fd]) + len(chunk) > cap:
-                truncated = True
-                live = []
-                break
-            else:
-                bufs[fd] += chunk
-    os.close(out_r)
-    os.close(err_r)
-    return bytes(bufs[out_r]), bytes(bufs[err_r]), timed_out, truncated
 
 
 def _redirect_null():
@@ -539,29 +467,31 @@ def main():
     # As PID 1 of its namespace, a signal whose action is the default is not delivered from
     # inside the namespace; Python's own SIGINT handler would let a candidate stop the server.
     signal.signal(signal.SIGINT, signal.SIG_DFL)
+    ctl = socket.socket(fileno=0)  # the judge's control socket (fd 1 is the same socket)
     server = Server()
-    inp, out = 0, 1
     while True:
         try:
-            hdr = json.loads(recv(inp))
-        except (EOFError, OSError):
+            head, fds, _, _ = socket.recv_fds(ctl, 4, 8)
+            if len(head) < 4:
+                raise EOFError
+            (n,) = struct.unpack(">I", head)
+            if n > 1 << 16:
+                raise ValueError("control frame too large")
+            hdr = json.loads(read_exact(0, n))
+        except (EOFError, OSError, ValueError):
             server.cleanup()
             return
-        op = hdr["op"]
-        body = recv(inp) if op == "req" else None
-        if op == "load":
-            reply, data = server.load(hdr)
-        elif op == "req":
-            reply, data = server.request(hdr, body)
-        elif op == "stdio":
-            reply, data = server.stdio(hdr)
-        elif op == "unload":
+        op = hdr.get("op")
+        if op == "spawn":
+            reply = server.spawn(hdr, fds)
+        elif op == "wait":
+            reply = server.wait(hdr)
+        elif op == "kill":
             server.cleanup()
-            reply, data = {"status": "ok", "dirty": server.dirty}, None
+            reply = {"status": "ok", "dirty": server.dirty}
         else:
-            reply, data = {"status": "error", "error": "unknown op"}, None
-        send(out, json.dumps(reply))
-        send(out, data or b"")
+            reply = {"status": "error", "error": "unknown op"}
+        send(1, json.dumps(reply))
 
 
 if __name__ == "__main__":

@@ -3,44 +3,40 @@ process each, and call into them from trusted code outside the sandbox.
 
 Why verdicts cannot be forged: the tests (and their expected values) never enter the sandbox.
 The judge executes the tests itself, in its own process, with every top-level name the candidate
-defined bound to a :class:`Proxy`. Calling a proxy sends the arguments, as plain data, to the
-candidate's process, which runs the call and returns the result as plain data (see the codec in
-:mod:`harness.sandbox.forkserver`); the judge rebuilds it with its own types and the test's own
-``==`` and ``assert`` run here. So exiting early (``sys.exit``/``os._exit``/``SystemExit`` in a
-call), patching builtins or ``__eq__``, printing fake success lines or writing to inherited file
-descriptors changes nothing but the data the candidate returns; a candidate object that is not
-plain data stays an opaque reference whose truth value, equality and hash are the judge's own
-(identity; ``bool()`` raises).
+defined bound to a :class:`~harness.sandbox.codec.Proxy`. Calling a proxy sends the arguments,
+as plain data, to the candidate's process, which runs the call and returns the result as plain
+data (:mod:`harness.sandbox.codec`); the judge rebuilds it with its own types and the test's own
+``==`` and ``assert`` run here. So exiting early, patching builtins or ``__eq__``, printing fake
+success lines or writing to inherited descriptors changes nothing but the data the candidate
+returns.
 
-Everything the server says is parsed strictly, with size and nesting caps; a server that stops
-answering in time is killed (whole PID namespace) and replaced.
+Channels: the judge controls the server (:mod:`harness.sandbox.forkserver`, the sandbox's PID 1)
+over a unix socket, and gives each program channels of its own, passed as descriptors: a socket
+(functional mode), or memory files with the source and stdin and pipes for stdout and stderr
+(stdio mode). The judge talks to the program directly; the server forks it, waits for it and
+ends it, and never sees its code, arguments, replies or output, so nothing of a program is left
+in the memory the next one is forked from.
 
-The judge's own resources are bounded: a candidate's reply may hold at most
-:data:`MAX_REPLY_BYTES` bytes, :data:`MAX_REPLY_VALUES` JSON values and
-:data:`MAX_REPLY_CONTAINERS` containers (every list, tuple, set, dict, bytes or reference is one
-tagged object), counted on the raw bytes *before* anything is decoded. A larger reply is
-refused by the server (it never crosses) or by the judge, raises :class:`ReplyTooLargeError`,
-and the call fails.
-
-Every program starts from a clean slate: after each problem (:meth:`ForkServer.unload`) the
-server reports whether its state is as it was at start (``harness/sandbox/forkserver.py``), and
-the judge checks the sandbox group's memory charge; if either differs the whole sandbox is
-replaced before the next program (:attr:`ForkServer.resets`).
+Everything a program sends is bounded and parsed strictly (:mod:`harness.sandbox.codec`); a
+program past its time is ended; a server that stops answering in time is killed (whole PID
+namespace) and replaced. Every program starts from a clean slate: after each problem
+(:meth:`ForkServer.unload`) the server reports whether its state is as it was at start, and the
+judge checks the sandbox group's memory charge; if either differs the whole sandbox is replaced
+before the next program (:attr:`ForkServer.resets`).
 """
 
 from __future__ import annotations
 
 import builtins
 import contextlib
-import importlib
 import json
 import os
 import queue
 import select
 import shutil
+import socket
 import struct
 import subprocess
-import sys
 import tempfile
 import threading
 import time
@@ -49,63 +45,30 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from harness.sandbox import Limits, Sandbox, python_executable, require, spawn
+from harness.sandbox import Limits, Sandbox, codec, python_executable, require, spawn
+from harness.sandbox.codec import (
+    MAX_REPLY_BYTES,
+    Proxy,
+    RemoteDiedError,
+    RemoteError,
+    RemoteTimeoutError,
+    ReplyTooLargeError,
+    ServerFailureError,
+    check_reply_size,
+    copy_back,
+    decode,
+    encode,
+    judge_module,
+)
+
+__all__ = ["ForkServer", "Proxy", "RemoteDiedError", "RemoteError", "RemoteTimeoutError",
+           "ReplyTooLargeError", "ServerFailureError", "ServerPool", "Session", "StdioResult",
+           "check_reply_size"]
 
 SOURCE = (Path(__file__).parent / "forkserver.py").read_text()
-# A reply of MAX_REPLY_CONTAINERS nested lists costs the judge about 60 MB while it is decoded
-# (benchmarks/code_grading.py --attacks measures it); the largest HumanEval/MBPP/LeetCode
-# reference return values are far below every limit.
-MAX_REPLY_BYTES = 8 << 20
-MAX_REPLY_VALUES = 1_000_000
-MAX_REPLY_CONTAINERS = 100_000
-# Over one loaded program (every call, attribute, iteration step of every test): replies in all,
-# and operations. A remote iterator yielding 8 MiB strings would otherwise grow the judge by
-# gigabytes within a problem's time budget.
-MAX_SESSION_BYTES = 64 << 20
-MAX_SESSION_OPS = 1_000_000
-# Distinct hashable values whose hash equals another's, counted over one loaded program's
-# containers of 64 or more elements: a set, dict or `in` test over n such values costs the judge
-# O(n^2) with the GIL held (ints k * (2**61 - 1) all hash to 0).
-MAX_HASH_CLASHES = 1000
 GRACE_S = 3.0  # server overhead allowed beyond a candidate's own timeout before it is replaced
-MAX_DEPTH = 200
 MEMORY_SLACK_MB = 32  # group memory a clean sandbox may gain over its lowest charge (page cache)
-
-
-class RemoteError(Exception):
-    """The candidate raised (the message is its exception), or returned something invalid."""
-
-
-class RemoteTimeoutError(RemoteError):
-    """The candidate ran past its time; its process tree was killed."""
-
-
-class RemoteDiedError(RemoteError):
-    """The candidate's process (or the whole sandbox) is gone."""
-
-
-class ServerFailureError(RemoteDiedError):
-    """The fork server itself stopped answering properly, or its sandbox is no longer clean;
-    it has been replaced."""
-
-
-class ReplyTooLargeError(RemoteError):
-    """The candidate's reply is over the judge's limits; nothing of it was decoded."""
-
-
-def check_reply_size(body: bytes) -> None:
-    """Refuse a reply over the limits before decoding it. Every JSON value but the first
-    follows a ``[``, ``,`` or ``:``, and every tagged object is a ``{``: counting those bytes
-    bounds what ``json.loads`` would build (strings containing them only make it stricter)."""
-    if len(body) > MAX_REPLY_BYTES:
-        raise ReplyTooLargeError(f"reply of {len(body)} bytes (limit {MAX_REPLY_BYTES})")
-    containers = body.count(b"{")
-    if containers > MAX_REPLY_CONTAINERS:
-        raise ReplyTooLargeError(f"reply with {containers} objects "
-                                 f"(limit {MAX_REPLY_CONTAINERS})")
-    values = body.count(b",") + body.count(b"[") + body.count(b":")
-    if values > MAX_REPLY_VALUES:
-        raise ReplyTooLargeError(f"reply with {values} values (limit {MAX_REPLY_VALUES})")
+WORKDIR_PREFIX = "rlbench-forkserver-"
 
 
 @dataclass
@@ -116,6 +79,40 @@ class StdioResult:
     signal: int | None
     timed_out: bool
     truncated: bool
+
+
+def _send_all(fd: int, data: bytes, deadline: float) -> None:
+    """Write ``data`` to a non-blocking descriptor by ``deadline`` (a program that does not read
+    its channel must not block the judge)."""
+    view = memoryview(data)
+    while view:
+        left = deadline - time.monotonic()
+        if left <= 0 or not select.select([], [fd], [], left)[1]:
+            raise TimeoutError
+        try:
+            view = view[os.write(fd, view):]
+        except BlockingIOError:
+            continue
+
+
+def _read_exact(fd: int, n: int, deadline: float) -> bytes:
+    buf = bytearray()
+    while len(buf) < n:
+        left = deadline - time.monotonic()
+        if left <= 0 or not select.select([fd], [], [], left)[0]:
+            raise TimeoutError
+        try:
+            chunk = os.read(fd, min(n - len(buf), 1 << 20))
+        except BlockingIOError:
+            continue
+        if not chunk:
+            raise EOFError
+        buf += chunk
+    return bytes(buf)
+
+
+def _frame(data: bytes) -> bytes:
+    return struct.pack(">I", len(data)) + data
 
 
 class ForkServer:
@@ -130,6 +127,8 @@ class ForkServer:
         self.limits = replace(limits or Limits(), cpu_s=24 * 3600.0, wall_s=24 * 3600.0)
         self.iso = require(allow_weaker)  # checked (and fixed) once: restarts get the same
         self.box: Sandbox | None = None
+        self.ctl: socket.socket | None = None
+        self.session: Session | None = None
         self.restarts = 0
         self.resets = 0  # sandboxes replaced because a program left them unclean
         self._workdir: str | None = None
@@ -144,19 +143,32 @@ class ForkServer:
     def start(self) -> None:
         argv = [python_executable(), "-I", "-c", SOURCE]
         bwrap = self.iso.mode == "bwrap"
-        if not bwrap:  # under bubblewrap the server works in the sandbox's own /tmp
-            self._workdir = fallback_workdir()
         if bwrap:
             argv.append("--pidns")  # PID 1 of its own PID namespace: kill(-1) is safe in there
+        else:  # under bubblewrap the server works in the sandbox's own /tmp
+            self._workdir = fallback_workdir()
         if self.tag:
             argv.append(f"--tag={self.tag}")
         debug = os.environ.get("RLBENCH_SANDBOX_DEBUG")
-        self.box = spawn(argv, self.limits, iso=self.iso, cwd=self._workdir,
-                         stderr=None if debug else subprocess.DEVNULL, as_pid_1=bwrap)
+        ours, theirs = socket.socketpair()
+        try:
+            self.box = spawn(argv, self.limits, iso=self.iso, cwd=self._workdir,
+                             stdin=theirs.fileno(), stdout=theirs.fileno(),
+                             stderr=None if debug else subprocess.DEVNULL, as_pid_1=bwrap)
+        except BaseException:
+            ours.close()
+            raise
+        finally:
+            theirs.close()
+        self.ctl = ours
         self.isolation = self.box.isolation
         self._memory_floor = None
 
     def close(self) -> None:
+        self._end_session()
+        if self.ctl is not None:
+            self.ctl.close()
+            self.ctl = None
         if self.box is not None:
             self.box.close()
             self.box = None
@@ -170,24 +182,29 @@ class ForkServer:
         except Exception:  # interpreter shutdown: modules may already be gone
             return
 
-    # -- framing ---------------------------------------------------------------------------------
-    def _exchange(self, header: dict[str, Any], body: bytes | None, timeout: float
-                  ) -> tuple[dict[str, Any], bytes]:
+    def _end_session(self) -> None:
+        if self.session is not None:
+            self.session.close()
+            self.session = None
+
+    # -- control ---------------------------------------------------------------------------------
+    def _control(self, header: dict[str, Any], fds: list[int], timeout: float
+                 ) -> dict[str, Any]:
+        """One request to the server (with descriptors for the program) and its reply."""
         if self.proc is None or self.proc.poll() is not None:
             self.restarts += self._started
             self.close()
             self.start()
             self._started = True
+        assert self.ctl is not None
         try:
-            data = json.dumps(header).encode()
-            frames = struct.pack(">I", len(data)) + data
-            if body is not None:
-                frames += struct.pack(">I", len(body)) + body
-            self.proc.stdin.write(frames)
-            self.proc.stdin.flush()
+            socket.send_fds(self.ctl, [_frame(json.dumps(header).encode())], fds)
             deadline = time.monotonic() + timeout + GRACE_S
-            reply = json.loads(self._recv(deadline, 1 << 16))
-            payload = self._recv(deadline, max(MAX_REPLY_BYTES, header.get("max_output", 0)))
+            fd = self.ctl.fileno()
+            (n,) = struct.unpack(">I", _read_exact(fd, 4, deadline))
+            if n > 1 << 16:
+                raise ValueError("frame too large")
+            reply = json.loads(_read_exact(fd, n, deadline))
             if not isinstance(reply, dict):
                 raise ValueError("bad reply")
         except (OSError, ValueError, EOFError, TimeoutError) as exc:
@@ -200,43 +217,35 @@ class ForkServer:
             self.resets += reply.get("status") == "dirty"
             raise ServerFailureError(f"sandbox {reply.get('status')}: "
                                      f"{str(reply.get('error', ''))[:200]}; replaced")
-        return reply, payload
+        return reply
 
-    def _recv(self, deadline: float, limit: int) -> bytes:
-        fd = self.proc.stdout.fileno()
-        head = self._read(fd, 4, deadline)
-        (n,) = struct.unpack(">I", head)
-        if n > limit:
-            raise ValueError("frame too large")
-        return self._read(fd, n, deadline)
-
-    @staticmethod
-    def _read(fd: int, n: int, deadline: float) -> bytes:
-        buf = bytearray()
-        while len(buf) < n:
-            left = deadline - time.monotonic()
-            if left <= 0 or not select.select([fd], [], [], left)[0]:
-                raise TimeoutError
-            chunk = os.read(fd, min(n - len(buf), 1 << 20))
-            if not chunk:
-                raise EOFError
-            buf += chunk
-        return bytes(buf)
+    def end_program(self) -> dict[str, Any]:
+        """Kill the current program and everything it started; the server wipes and checks."""
+        self._end_session()
+        return self._control({"op": "kill"}, [], 5.0)
 
     # -- operations ------------------------------------------------------------------------------
     def load(self, code: str, *, timeout: float, cpu_s: float, call_timeout: float,
              deadline: float | None = None) -> Session:
         """Start a fresh process for ``code`` (executed as module ``candidate``) and return a
         session whose :meth:`Session.namespace` holds proxies for the names it defined."""
-        session = Session(self, call_timeout, deadline)
-        reply, body = self._exchange(
-            {"op": "load", "code": code, "cpu_s": cpu_s, "timeout": timeout,
-             "max_reply": MAX_REPLY_BYTES}, None, timeout)
-        names = session.receive(reply, body).get("names")
+        self._end_session()
+        ours, theirs = socket.socketpair()
+        try:
+            self._control({"op": "spawn", "mode": "functional", "cpu_s": cpu_s},
+                          [theirs.fileno()], timeout)
+        except BaseException:
+            ours.close()
+            raise
+        finally:
+            theirs.close()
+        self.session = Session(self, ours, call_timeout, deadline)
+        msg = self.session.roundtrip(code.encode(), timeout)
+        names = msg.get("names")
         if type(names) is not dict or not all(type(k) is str for k in names):
             raise RemoteError("malformed load reply from candidate")
-        session.names = names
-        return session
+        self.session.names = names
+        return self.session
 
     def unload(self) -> None:
         """End the current program and make sure the next one starts from a clean slate: the
@@ -245,7 +254,7 @@ class ForkServer:
         if self.proc is None:
             return
         try:
-            reply, _ = self._exchange({"op": "unload"}, None, 5.0)
+            reply = self.end_program()
         except ServerFailureError:
             return  # already replaced
         if reply.get("dirty") or not self._memory_ok():
@@ -271,23 +280,71 @@ class ForkServer:
     def run_stdio(self, code: str, stdin: str, *, timeout: float, cpu_s: float,
                   max_output: int = 1 << 20) -> StdioResult:
         """Run ``code`` as ``__main__`` with ``stdin`` in a fresh process; capture stdout."""
-        reply, body = self._exchange(
-            {"op": "stdio", "code": code, "stdin": stdin, "timeout": timeout, "cpu_s": cpu_s,
-             "max_output": max_output}, None, timeout)
-        if reply.get("status") != "ok":
-            raise ServerFailureError(f"stdio run failed: {reply.get('error')}")
-        return StdioResult(stdout=body, stderr=str(reply.get("stderr", ""))[:2000],
-                           exit_code=_opt_int(reply.get("exit")),
-                           signal=_opt_int(reply.get("signal")),
-                           timed_out=bool(reply.get("timed_out")),
-                           truncated=bool(reply.get("truncated")))
+        self._end_session()
+        start = time.monotonic()
+        code_fd, in_fd = _memory_file(code.encode()), _memory_file(stdin.encode())
+        out_r, out_w = os.pipe()
+        err_r, err_w = os.pipe()
+        try:
+            try:
+                self._control({"op": "spawn", "mode": "stdio", "cpu_s": cpu_s},
+                              [code_fd, in_fd, out_w, err_w], timeout)
+            finally:
+                for fd in (code_fd, in_fd, out_w, err_w):
+                    os.close(fd)
+            left = timeout - (time.monotonic() - start)
+            out, err, timed_out, truncated = _collect(out_r, err_r, left, max_output)
+        finally:
+            os.close(out_r)
+            os.close(err_r)
+        status: dict[str, Any] = {}
+        if not (timed_out or truncated):
+            status = self._control({"op": "wait", "timeout": 1.0}, [], 1.0)
+            timed_out = status.get("status") == "timeout"
+        if timed_out or truncated:
+            self.end_program()  # now, not at the next program: it may still be running
+        return StdioResult(stdout=out, stderr=err[-2000:].decode("utf-8", "replace"),
+                           exit_code=_opt_int(status.get("exit")),
+                           signal=_opt_int(status.get("signal")),
+                           timed_out=timed_out, truncated=truncated)
+
+
+def _memory_file(data: bytes) -> int:
+    fd = os.memfd_create("rlbench-program", 0)
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view):]
+    os.lseek(fd, 0, os.SEEK_SET)
+    return fd
+
+
+def _collect(out_r: int, err_r: int, timeout: float, cap: int
+             ) -> tuple[bytes, bytes, bool, bool]:
+    """Read a stdio program's stdout and stderr until both close, ``timeout`` or ``cap``."""
+    bufs = {out_r: bytearray(), err_r: bytearray()}
+    deadline = time.monotonic() + timeout
+    live = [out_r, err_r]
+    timed_out = truncated = False
+    while live:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            timed_out = True
+            break
+        for fd in select.select(live, [], [], left)[0]:
+            chunk = os.read(fd, 1 << 16)
+            if not chunk:
+                live.remove(fd)
+            elif len(bufs[fd]) + len(chunk) > cap:
+                truncated = True
+                live = []
+                break
+            else:
+                bufs[fd] += chunk
+    return bytes(bufs[out_r]), bytes(bufs[err_r]), timed_out, truncated
 
 
 def _opt_int(v: Any) -> int | None:
     return v if type(v) is int else None
-
-
-WORKDIR_PREFIX = "rlbench-forkserver-"
 
 
 def fallback_workdir() -> str:
@@ -312,30 +369,17 @@ def _alive(pid: int) -> bool:
     return True
 
 
-# Standard-library modules without side effects on import, which a test may use through the
-# candidate's `import` (the tests run with the candidate's names).
-JUDGE_MODULES = frozenset({
-    "array", "bisect", "cmath", "collections", "copy", "datetime", "decimal", "fractions",
-    "functools", "hashlib", "heapq", "itertools", "json", "math", "numbers", "operator",
-    "random", "re", "statistics", "string", "sys", "typing",
-})
-
-
-def _judge_module(name: str) -> Any:
-    """The judge's own module ``name``, or None (see :meth:`Session.namespace`)."""
-    module = sys.modules.get(name)
-    if module is None and name in JUDGE_MODULES:
-        with contextlib.suppress(Exception):
-            module = importlib.import_module(name)
-    return module if name in sys.stdlib_module_names else None
-
-
 class Session:
-    """One loaded candidate. Every operation is bounded by ``call_timeout`` and the session's
-    overall ``deadline``; after a timeout or crash the session is dead (operations raise)."""
+    """One loaded candidate, on a socket of its own. Every operation is bounded by
+    ``call_timeout`` and the session's overall ``deadline``, and everything it receives by the
+    limits of :mod:`harness.sandbox.codec`; after a timeout or crash the session is dead
+    (operations raise) and the program has been ended."""
 
-    def __init__(self, server: ForkServer, call_timeout: float, deadline: float | None) -> None:
+    def __init__(self, server: ForkServer, sock: socket.socket, call_timeout: float,
+                 deadline: float | None) -> None:
         self.server = server
+        self.sock = sock
+        sock.setblocking(False)
         self.call_timeout = call_timeout
         self.deadline = deadline
         self.names: dict[str, Any] = {}
@@ -344,6 +388,10 @@ class Session:
         self.ops = 0
         self.clashes = 0
 
+    def close(self) -> None:
+        self.sock.close()
+        self.dead = self.dead or "closed"
+
     def namespace(self, reserved: Collection[str] = frozenset(),
                   allow: Collection[str] = frozenset()) -> dict[str, Any]:
         """The candidate's top-level names for the judge's test code. Never dunders, builtins
@@ -351,9 +399,7 @@ class Session:
         ``set`` or ``isinstance`` must not change what the test's own calls compute. Only the
         problem's entry points (``allow``: MBPP 126 *asks* for a function named ``sum``) may
         take a builtin's name. A module the candidate imported is the judge's own copy of that
-        standard-library module, if the judge has already imported it or it is one of
-        :data:`JUDGE_MODULES`; the judge never imports a module because a candidate named it
-        (``this``, ``antigravity`` and ``msvcrt`` would print, open a browser or fail)."""
+        standard-library module (:func:`~harness.sandbox.codec.judge_module`), or not bound."""
         out: dict[str, Any] = {}
         for name, value in self.names.items():
             if name.startswith("__") or (
@@ -362,33 +408,52 @@ class Session:
                 continue
             obj = decode(value, self)
             if isinstance(obj, Proxy) and obj._kind == "module":
-                module = _judge_module(name) if obj._type == name else None
+                module = judge_module(name) if obj._type == name else None
                 if module is None:
                     continue
                 obj = module
             out[name] = obj
         return out
 
-    def receive(self, reply: dict[str, Any], body: bytes) -> dict[str, Any]:
-        status = reply.get("status")
-        if status == "timeout":
-            self.dead = "timeout"
-            raise RemoteTimeoutError("candidate timed out")
-        if status == "too_large":
-            self.dead = "too_large"
-            raise ReplyTooLargeError(f"reply of {_opt_int(reply.get('bytes'))} bytes "
-                                     f"(limit {MAX_REPLY_BYTES})")
-        if status != "ok":
-            self.dead = "died"
-            raise RemoteDiedError(f"candidate process died ({reply.get('error')})")
+    def _fail(self, why: str) -> None:
+        """The program cannot go on: end it now (the server kills everything it started). If
+        the server itself is gone, that is no fault of the program: :class:`ServerFailureError`
+        (the grader then caches nothing)."""
+        self.dead = why
+        proc = self.server.proc
+        if proc is None or proc.poll() is not None:
+            self.server.close()
+            raise ServerFailureError("sandbox server died; replaced")
+        self.server.end_program()  # ServerFailureError if the server fails now
+
+    def roundtrip(self, data: bytes, timeout: float) -> dict[str, Any]:
+        """Send one frame to the program and return its decoded reply (a dict with ok=True)."""
+        deadline = time.monotonic() + timeout
+        fd = self.sock.fileno()
+        try:
+            _send_all(fd, _frame(data), deadline)
+            (n,) = struct.unpack(">I", _read_exact(fd, 4, deadline))
+            if n > codec.MAX_REPLY_BYTES:
+                self._fail("too_large")
+                raise ReplyTooLargeError(f"reply of {n} bytes (limit {MAX_REPLY_BYTES})")
+            body = _read_exact(fd, n, deadline)
+        except TimeoutError:
+            self._fail("timeout")
+            raise RemoteTimeoutError("candidate timed out") from None
+        except (EOFError, OSError) as exc:
+            self._fail("died")
+            raise RemoteDiedError(f"candidate process died ({type(exc).__name__})") from None
+        return self.receive(body)
+
+    def receive(self, body: bytes) -> dict[str, Any]:
         self.bytes_in += len(body)
         try:
             check_reply_size(body)
-            if self.bytes_in > MAX_SESSION_BYTES:
+            if self.bytes_in > codec.MAX_SESSION_BYTES:
                 raise ReplyTooLargeError(f"replies of {self.bytes_in} bytes in all from one "
-                                         f"program (limit {MAX_SESSION_BYTES})")
+                                         f"program (limit {codec.MAX_SESSION_BYTES})")
         except ReplyTooLargeError:
-            self.dead = "too_large"  # the candidate is still running: the next load kills it
+            self._fail("too_large")
             raise
         try:
             msg = json.loads(body)
@@ -403,23 +468,17 @@ class Session:
         if self.dead:
             raise RemoteDiedError(f"candidate is gone ({self.dead})")
         self.ops += 1
-        if self.ops > MAX_SESSION_OPS:
-            self.dead = "too_large"
-            raise ReplyTooLargeError(f"more than {MAX_SESSION_OPS} operations on one program")
+        if self.ops > codec.MAX_SESSION_OPS:
+            self._fail("too_large")
+            raise ReplyTooLargeError(f"more than {codec.MAX_SESSION_OPS} operations on one "
+                                     "program")
         timeout = self.call_timeout
         if self.deadline is not None:
             timeout = min(timeout, self.deadline - time.monotonic())
             if timeout <= 0:
-                self.dead = "deadline"
+                self._fail("deadline")
                 raise RemoteTimeoutError("problem time budget exhausted")
-        try:
-            reply, body = self.server._exchange(
-                {"op": "req", "timeout": timeout, "max_reply": MAX_REPLY_BYTES},
-                json.dumps(payload).encode(), timeout)
-        except ServerFailureError:
-            self.dead = "server"
-            raise
-        return self.receive(reply, body)
+        return self.roundtrip(json.dumps(payload).encode(), timeout)
 
     def call(self, ref: Proxy, args: tuple, kwargs: dict[str, Any]) -> Any:
         enc_args = [encode(a) for a in args]
@@ -428,168 +487,8 @@ class Session:
         after = msg.get("args_after")
         if isinstance(after, list) and len(after) == len(args):
             for original, new in zip(args, after):
-                _copy_back(original, decode(new, self) if new is not None else None)
+                copy_back(original, decode(new, self) if new is not None else None)
         return decode(msg.get("value"), self)
-
-
-def _copy_back(original: Any, new: Any) -> None:
-    """Mirror the candidate's in-place change of a list/dict/set argument onto the judge's."""
-    with contextlib.suppress(TypeError, ValueError):
-        if type(original) is list and type(new) is list:
-            original[:] = new
-        elif type(original) in (dict, set) and type(new) is type(original):
-            original.clear()
-            original.update(new)
-
-
-class Proxy:
-    """An opaque candidate object. Calls, attribute access and iteration run in the candidate's
-    process; equality and hashing are the judge's (identity), never the candidate's; the truth
-    value comes back as a plain bool."""
-
-    __slots__ = ("_id", "_kind", "_session", "_type")
-
-    def __init__(self, session: Session, ref_id: int, kind: str, type_name: str) -> None:
-        object.__setattr__(self, "_session", session)
-        object.__setattr__(self, "_id", ref_id)
-        object.__setattr__(self, "_kind", kind)
-        object.__setattr__(self, "_type", type_name)
-
-    def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        return self._session.call(self, args, kwargs)
-
-    def __getattr__(self, name: str) -> Any:
-        if name.startswith("__"):
-            raise AttributeError(name)
-        return decode(self._session.op({"op": "getattr", "ref": self._id, "name": name})["value"],
-                      self._session)
-
-    def __setattr__(self, name: str, value: Any) -> None:
-        self._session.op({"op": "setattr", "ref": self._id, "name": name,
-                          "value": encode(value)})
-
-    def __iter__(self) -> Iterator[Any]:
-        it = decode(self._session.op({"op": "iter", "ref": self._id})["value"], self._session)
-        if not isinstance(it, Proxy):
-            raise RemoteError("iterator is not an object")
-        while True:
-            msg = self._session.op({"op": "next", "ref": it._id})
-            if msg.get("stop") is True:
-                return
-            yield decode(msg.get("value"), self._session)
-
-    def __len__(self) -> int:
-        try:
-            n = decode(self._session.op({"op": "len", "ref": self._id})["value"],
-                       self._session)
-        except (RemoteDiedError, RemoteTimeoutError, ReplyTooLargeError):
-            raise
-        except RemoteError as exc:
-            # the candidate's own len() raised (a generator has none): a TypeError, so that
-            # list(), sorted(), tuple() fall back to iterating, as on a local object
-            raise TypeError(str(exc)) from None
-        if type(n) is not int or n < 0 or n > MAX_REPLY_VALUES:
-            # a huge len() makes tuple()/list() preallocate in the judge before iterating
-            raise RemoteError(f"len() of a candidate object is not an int in [0, "
-                              f"{MAX_REPLY_VALUES}]")
-        return n
-
-    def __getitem__(self, key: Any) -> Any:
-        msg = self._session.op({"op": "getitem", "ref": self._id, "key": encode(key)})
-        return decode(msg["value"], self._session)
-
-    def __bool__(self) -> bool:
-        # Evaluated by the candidate, but it returns only a bool: no more power than returning
-        # True/False itself (re.Match results, custom truthy objects in MBPP tests).
-        value = self._session.op({"op": "bool", "ref": self._id})["value"]
-        if type(value) is not bool:
-            raise RemoteError("bool() of a candidate object is not a bool")
-        return value
-
-    def __repr__(self) -> str:
-        return f"<candidate {self._kind} {self._type!s:.40}>"
-
-
-_PLAIN = (type(None), bool, int, float, str)
-_CONTAINERS = {list: "list", tuple: "tuple", set: "set", frozenset: "frozenset"}
-
-
-def encode(x: Any, depth: int = 0) -> Any:
-    """Judge value -> tagged JSON for the candidate (plain data and this session's proxies)."""
-    if depth > MAX_DEPTH:
-        raise ValueError("argument nested too deeply")
-    if type(x) in _PLAIN:
-        return x
-    if isinstance(x, Proxy):
-        return {"t": "ref", "id": x._id}
-    name = getattr(x, "__name__", None)
-    if isinstance(name, str) and getattr(builtins, name, None) is x:
-        return {"t": "builtin", "v": name}  # int, str, len, ... (MBPP passes types)
-    if isinstance(x, (bytes, bytearray)):
-        return {"t": "bytes", "v": bytes(x).hex()}
-    if isinstance(x, complex):
-        return {"t": "complex", "v": [x.real, x.imag]}
-    if isinstance(x, dict):
-        return {"t": "dict", "v": [[encode(k, depth + 1), encode(v, depth + 1)]
-                                   for k, v in x.items()]}
-    for cls, tag in _CONTAINERS.items():
-        if isinstance(x, cls):
-            return {"t": tag, "v": [encode(e, depth + 1) for e in x]}
-    if isinstance(x, (int, float, str)):
-        return type(x).__mro__[-2](x)  # subclasses (IntEnum, ...) cross as their base value
-    raise TypeError(f"cannot pass a {type(x).__name__} to a sandboxed candidate")
-
-
-def decode(x: Any, session: Session, depth: int = 0) -> Any:
-    """Tagged JSON from the candidate -> judge values built only from builtin types."""
-    if depth > MAX_DEPTH:
-        raise RemoteError("value nested too deeply")
-    if type(x) in _PLAIN:
-        return x
-    if type(x) is not dict or type(x.get("t")) is not str:
-        raise RemoteError("malformed value from candidate")
-    t, v = x["t"], x.get("v")
-    try:
-        if t == "ref":
-            return Proxy(session, int(x["id"]), str(x.get("kind", "object"))[:20],
-                         str(x.get("type", "?"))[:60])
-        if t == "bytes":
-            return bytes.fromhex(v)
-        if t == "complex":
-            return complex(float(v[0]), float(v[1]))
-        if t == "dict":
-            pairs = [(decode(k, session, depth + 1), decode(val, session, depth + 1))
-                     for k, val in v]
-            _count_clashes([k for k, _ in pairs], session)
-            return dict(pairs)
-        items = [decode(e, session, depth + 1) for e in v]
-        _count_clashes(items, session)
-        return {"list": list, "tuple": tuple, "set": set, "frozenset": frozenset}[t](items)
-    except RemoteError:
-        raise
-    except Exception as exc:
-        raise RemoteError(f"malformed value from candidate ({type(exc).__name__})") from None
-
-
-def _count_clashes(items: list[Any], session: Session) -> None:
-    """Count values in ``items`` whose hash equals an earlier, different value's; refuse the
-    reply past :data:`MAX_HASH_CLASHES` for the session. O(n): only the first value per hash is
-    kept, and the hashes themselves are distinct ints (their own hashes do not clash)."""
-    if len(items) < 64:
-        return
-    first: dict[int, Any] = {}
-    for item in items:
-        try:
-            h = hash(item)
-        except TypeError:  # lists, dicts, sets: not a key of anything the judge builds
-            continue
-        seen = first.setdefault(h, item)
-        if seen is not item and seen != item:
-            session.clashes += 1
-    if session.clashes > MAX_HASH_CLASHES:
-        session.dead = "too_large"
-        raise ReplyTooLargeError(f"{session.clashes} values with colliding hashes "
-                                 f"(limit {MAX_HASH_CLASHES})")
 
 
 class ServerPool:
