@@ -11,7 +11,8 @@ see the same machine. The figure to read is the throughput ratio.
 ``--attacks`` then grades, in a fresh worker process per side and per program, replies built
 to grow the judge (nested lists, a long flat list, 750,000 top-level names on a 20-test problem
 with fractional reward, a reply just over this checkout's size limit) and reports the judge
-process's own peak RSS growth and CPU seconds (its children, the sandboxes, not counted).
+process's own peak RSS growth over the program (``VmHWM`` after resetting it through
+``/proc/self/clear_refs``) and CPU seconds (its children, the sandboxes, not counted).
 
     python benchmarks/code_grading.py --baseline c1493d2 --workers 2 --repeat 6 --attacks
 """
@@ -40,11 +41,19 @@ ATTACKS = {
     "nested_lists_100k": "def f(x):\n    return [[] for _ in range(99_000)]\n",
     "flat_list_900k": "def f(x):\n    return [0] * 900_000\n",
     "empty_lists_650k": "def f(x):\n    return [[]] * 650_000\n",
-    "names_750k": "".join(f"n{i} = {i}\n" for i in range(750_000)) + "def f(x):\n    return -1\n",
+    # 750,000 names exceed the candidate's own 512 MiB; 250,000 fit and reach the judge
+    "names_250k": "".join(f"n{i} = {i}\n" for i in range(250_000)) + "def f(x):\n    return -1\n",
     "over_the_byte_limit": "def f(x):\n    return 'x' * (9 << 20)\n",
+    "hash_collisions_80k": ("def f(x):\n"
+                            "    return [k * ((1 << 61) - 1) for k in range(1, 80_001)]\n"),
+    "iterator_of_8mb_strings": ("def f(x):\n    i = 0\n    while True:\n        i += 1\n"
+                                "        yield str(i) + 'a' * 8_000_000\n"),
 }
-AFFINE = {"kind": "functional", "preamble": "", "units": [f"assert f({i}) == {2 * i + 1}\n"
-                                                          for i in range(20)]}
+# 20 tests, each hashing and sorting what f returns, as real tests do; fractional reward
+PROBLEM = {"kind": "functional", "preamble": "",
+           "units": [f"assert sorted(set(f({i}))) == [{i}]\n" for i in range(20)]}
+HONEST = "def f(x):\n    return [x]\n"
+JUDGE_CAP_GIB = 8
 
 
 def _worker(root: str, items_path: str, workers: int) -> None:
@@ -78,25 +87,42 @@ def _attack(root: str, name: str) -> None:
     sys.path.insert(0, root)
     from tasks.code.grading import CodeGrader, GraderConfig
 
+    # the judge is capped here so that an unbounded one fails with MemoryError instead of
+    # taking the machine (a remote iterator of 8 MiB strings grows it by ~200 MB/s)
+    resource.setrlimit(resource.RLIMIT_AS, (JUDGE_CAP_GIB << 30, JUDGE_CAP_GIB << 30))
     with warnings.catch_warnings(), contextlib.redirect_stderr(io.StringIO()):
         warnings.simplefilter("ignore")
         grader = CodeGrader(GraderConfig(workers=1, cache_size=0, stop_on_first_failure=False,
-                                         allow_weaker_isolation=True, timeout_base_s=60,
-                                         call_timeout_s=30))
-        grader.grade(AFFINE, "def f(x):\n    return 2 * x + 1\n")  # warm: server started
+                                         allow_weaker_isolation=True))
+        grader.grade(PROBLEM, HONEST)  # warm: the server is started
+        Path("/proc/self/clear_refs").write_text("5")  # the peak RSS starts again from now
+        rss_before = _status_kib("VmRSS")
         before = resource.getrusage(resource.RUSAGE_SELF)
         start = time.perf_counter()
-        result = grader.grade(AFFINE, ATTACKS[name])
+        try:
+            result = grader.grade(PROBLEM, ATTACKS[name])
+        except MemoryError:
+            print(json.dumps({"judge": f"MemoryError: over its {JUDGE_CAP_GIB} GiB cap"}))
+            return
         wall = time.perf_counter() - start
         after = resource.getrusage(resource.RUSAGE_SELF)
-        honest = grader.grade(AFFINE, "def f(x):\n    return 2 * x + 1\n")
+        peak = _status_kib("VmHWM")
+        honest = grader.grade(PROBLEM, HONEST)
         grader.close()
     print(json.dumps({
-        "rss_growth_mb": (after.ru_maxrss - before.ru_maxrss) / 1024,
-        "peak_rss_mb": after.ru_maxrss / 1024,
-        "judge_cpu_s": (after.ru_utime + after.ru_stime) - (before.ru_utime + before.ru_stime),
-        "wall_s": wall, "passed": result.passed, "total": result.total, "status": result.status,
+        "peak_rss_growth_mb": round((peak - rss_before) / 1024, 1),
+        "judge_cpu_s": round((after.ru_utime + after.ru_stime)
+                             - (before.ru_utime + before.ru_stime), 2),
+        "wall_s": round(wall, 2), "passed": result.passed, "total": result.total,
+        "status": result.status,
         "oversized": getattr(result, "oversized", None), "honest_after": honest.passed}))
+
+
+def _status_kib(key: str) -> int:
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith(key + ":"):
+            return int(line.split()[1])
+    raise KeyError(key)
 
 
 def _export(ref: str, dest: Path) -> str:
@@ -146,7 +172,7 @@ def main() -> None:
         print(f"workers={args.workers} cpus={os.cpu_count()} repeat={args.repeat} "
               f"load={os.getloadavg()[0]:.2f}")
         procs = {k: _spawn(["--worker", root, str(items_path), str(args.workers)])
-                 for k, root in sides.items()}
+                 for k, root in sides.items()} if args.repeat else {}
         for proc in procs.values():
             assert proc.stdout.readline().strip() == "ready"
         seconds = dict.fromkeys(procs, 0.0)
@@ -163,7 +189,7 @@ def main() -> None:
             proc.stdin.close()
             proc.wait()
         n = len(items) * args.repeat
-        rate = {k: n / seconds[k] for k in procs}
+        rate = {k: n / seconds[k] for k in procs if seconds[k]}
         for name in procs:
             print(f"fork server, {name}: {n} programs ({passed[name]} passed) in "
                   f"{seconds[name]:.2f} s = {rate[name]:.1f} programs/s")

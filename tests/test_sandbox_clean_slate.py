@@ -345,3 +345,20 @@ def test_a_program_finds_nothing_of_the_previous_ones_in_its_memory(server):
     assert printed.stdout.decode().strip() == "OUT_" + tokens["OUT"]
     server.unload()
     assert _call(server, SCAN, wanted) == []
+
+
+@needs_bwrap
+def test_one_program_cannot_send_more_objects_in_all_than_the_session_allows(monkeypatch):
+    monkeypatch.setattr(codec, "MAX_SESSION_CONTAINERS", 2500)
+    problem = {"kind": "functional", "preamble": "",
+               "units": [f"assert len(f({i})) == 1000\n" for i in range(5)]}
+    grader = _fraction_grader()
+    try:
+        result = grader.grade(problem, "def f(x):\n    return [[] for _ in range(1000)]\n")
+        # each reply is 1,001 objects: two fit in the program's 2,500, the third does not, and
+        # a reloaded program keeps counting (no fresh budget for dying on purpose)
+        assert result.passed == 2 and result.oversized == 2, result
+        assert result.per_test == [True, True, False, False, False]
+        assert grader.grade(problem, "def f(x):\n    return [[]] * 1000\n").passed == 2
+    finally:
+        grader.close()

@@ -30,11 +30,14 @@ from typing import Any, Protocol
 MAX_REPLY_BYTES = 8 << 20
 MAX_REPLY_VALUES = 1_000_000
 MAX_REPLY_CONTAINERS = 100_000
-# Over one loaded program (every call, attribute, iteration step of every test): replies in all,
-# and operations. A remote iterator yielding 8 MiB strings would otherwise grow the judge by
-# gigabytes within a problem's time budget.
+# Over one program graded for one problem (every call, attribute, iteration step of every test,
+# across reloads after a failed call): replies in all, and operations. A remote iterator
+# yielding 8 MiB strings would otherwise grow the judge by gigabytes within a problem's time.
 MAX_SESSION_BYTES = 64 << 20
 MAX_SESSION_OPS = 1_000_000
+# Tagged objects in all replies of one program: decoding them is what costs the judge CPU
+# (about 3.5 us each: a reply of MAX_REPLY_CONTAINERS takes 0.35 s).
+MAX_SESSION_CONTAINERS = 500_000
 # Distinct hashable values whose hash equals another's, counted over one loaded program's
 # containers of 64 or more elements: a set, dict or `in` test over n such values costs the judge
 # O(n^2) with the GIL held (ints k * (2**61 - 1) all hash to 0).

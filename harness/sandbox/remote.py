@@ -72,6 +72,17 @@ WORKDIR_PREFIX = "rlbench-forkserver-"
 
 
 @dataclass
+class Spent:
+    """What one program has sent the judge, against the limits of :mod:`harness.sandbox.codec`
+    that hold for a whole program."""
+
+    bytes: int = 0
+    containers: int = 0
+    ops: int = 0
+    clashes: int = 0
+
+
+@dataclass
 class StdioResult:
     stdout: bytes
     stderr: str
@@ -135,6 +146,9 @@ class ForkServer:
         self._started = False
         self._memory_floor: int | None = None
         self.isolation = ""
+        # what the current program (every process of it loaded for one problem: a program
+        # reloaded after a failed call keeps counting) has sent the judge; reset by unload()
+        self.spent = Spent()
 
     @property
     def proc(self) -> Any:
@@ -251,6 +265,7 @@ class ForkServer:
         """End the current program and make sure the next one starts from a clean slate: the
         server wipes and checks its sandbox; the judge checks the group's memory charge. If
         anything is not as it was, the sandbox is replaced now (:attr:`resets`)."""
+        self.spent = Spent()
         if self.proc is None:
             return
         try:
@@ -384,9 +399,15 @@ class Session:
         self.deadline = deadline
         self.names: dict[str, Any] = {}
         self.dead: str | None = None
-        self.bytes_in = 0
-        self.ops = 0
-        self.clashes = 0
+        self.spent = server.spent
+
+    @property
+    def clashes(self) -> int:  # counted by the decoder (codec.Channel)
+        return self.spent.clashes
+
+    @clashes.setter
+    def clashes(self, value: int) -> None:
+        self.spent.clashes = value
 
     def close(self) -> None:
         self.sock.close()
@@ -446,12 +467,17 @@ class Session:
         return self.receive(body)
 
     def receive(self, body: bytes) -> dict[str, Any]:
-        self.bytes_in += len(body)
+        spent = self.spent
+        spent.bytes += len(body)
+        spent.containers += body.count(b"{")
         try:
             check_reply_size(body)
-            if self.bytes_in > codec.MAX_SESSION_BYTES:
-                raise ReplyTooLargeError(f"replies of {self.bytes_in} bytes in all from one "
+            if spent.bytes > codec.MAX_SESSION_BYTES:
+                raise ReplyTooLargeError(f"replies of {spent.bytes} bytes in all from one "
                                          f"program (limit {codec.MAX_SESSION_BYTES})")
+            if spent.containers > codec.MAX_SESSION_CONTAINERS:
+                raise ReplyTooLargeError(f"replies with {spent.containers} objects in all from "
+                                         f"one program (limit {codec.MAX_SESSION_CONTAINERS})")
         except ReplyTooLargeError:
             self._fail("too_large")
             raise
@@ -467,8 +493,8 @@ class Session:
     def op(self, payload: dict[str, Any]) -> dict[str, Any]:
         if self.dead:
             raise RemoteDiedError(f"candidate is gone ({self.dead})")
-        self.ops += 1
-        if self.ops > codec.MAX_SESSION_OPS:
+        self.spent.ops += 1
+        if self.spent.ops > codec.MAX_SESSION_OPS:
             self._fail("too_large")
             raise ReplyTooLargeError(f"more than {codec.MAX_SESSION_OPS} operations on one "
                                      "program")
