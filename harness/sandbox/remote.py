@@ -32,7 +32,6 @@ import contextlib
 import json
 import os
 import queue
-import select
 import shutil
 import socket
 import struct
@@ -45,7 +44,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from harness.sandbox import Limits, Sandbox, codec, python_executable, require, spawn
+from harness.sandbox import Limits, Sandbox, codec, python_executable, require, spawn, wire
 from harness.sandbox.codec import (
     MAX_REPLY_BYTES,
     Proxy,
@@ -90,40 +89,6 @@ class StdioResult:
     signal: int | None
     timed_out: bool
     truncated: bool
-
-
-def _send_all(fd: int, data: bytes, deadline: float) -> None:
-    """Write ``data`` to a non-blocking descriptor by ``deadline`` (a program that does not read
-    its channel must not block the judge)."""
-    view = memoryview(data)
-    while view:
-        left = deadline - time.monotonic()
-        if left <= 0 or not select.select([], [fd], [], left)[1]:
-            raise TimeoutError
-        try:
-            view = view[os.write(fd, view):]
-        except BlockingIOError:
-            continue
-
-
-def _read_exact(fd: int, n: int, deadline: float) -> bytes:
-    buf = bytearray()
-    while len(buf) < n:
-        left = deadline - time.monotonic()
-        if left <= 0 or not select.select([fd], [], [], left)[0]:
-            raise TimeoutError
-        try:
-            chunk = os.read(fd, min(n - len(buf), 1 << 20))
-        except BlockingIOError:
-            continue
-        if not chunk:
-            raise EOFError
-        buf += chunk
-    return bytes(buf)
-
-
-def _frame(data: bytes) -> bytes:
-    return struct.pack(">I", len(data)) + data
 
 
 class ForkServer:
@@ -212,13 +177,13 @@ class ForkServer:
             self._started = True
         assert self.ctl is not None
         try:
-            socket.send_fds(self.ctl, [_frame(json.dumps(header).encode())], fds)
+            socket.send_fds(self.ctl, [wire.frame(json.dumps(header).encode())], fds)
             deadline = time.monotonic() + timeout + GRACE_S
             fd = self.ctl.fileno()
-            (n,) = struct.unpack(">I", _read_exact(fd, 4, deadline))
+            (n,) = struct.unpack(">I", wire.read_exact(fd, 4, deadline))
             if n > 1 << 16:
                 raise ValueError("frame too large")
-            reply = json.loads(_read_exact(fd, n, deadline))
+            reply = json.loads(wire.read_exact(fd, n, deadline))
             if not isinstance(reply, dict):
                 raise ValueError("bad reply")
         except (OSError, ValueError, EOFError, TimeoutError) as exc:
@@ -297,7 +262,7 @@ class ForkServer:
         """Run ``code`` as ``__main__`` with ``stdin`` in a fresh process; capture stdout."""
         self._end_session()
         start = time.monotonic()
-        code_fd, in_fd = _memory_file(code.encode()), _memory_file(stdin.encode())
+        code_fd, in_fd = wire.memory_file(code.encode()), wire.memory_file(stdin.encode())
         out_r, out_w = os.pipe()
         err_r, err_w = os.pipe()
         try:
@@ -308,7 +273,7 @@ class ForkServer:
                 for fd in (code_fd, in_fd, out_w, err_w):
                     os.close(fd)
             left = timeout - (time.monotonic() - start)
-            out, err, timed_out, truncated = _collect(out_r, err_r, left, max_output)
+            out, err, timed_out, truncated = wire.collect(out_r, err_r, left, max_output)
         finally:
             os.close(out_r)
             os.close(err_r)
@@ -322,40 +287,6 @@ class ForkServer:
                            exit_code=_opt_int(status.get("exit")),
                            signal=_opt_int(status.get("signal")),
                            timed_out=timed_out, truncated=truncated)
-
-
-def _memory_file(data: bytes) -> int:
-    fd = os.memfd_create("rlbench-program", 0)
-    view = memoryview(data)
-    while view:
-        view = view[os.write(fd, view):]
-    os.lseek(fd, 0, os.SEEK_SET)
-    return fd
-
-
-def _collect(out_r: int, err_r: int, timeout: float, cap: int
-             ) -> tuple[bytes, bytes, bool, bool]:
-    """Read a stdio program's stdout and stderr until both close, ``timeout`` or ``cap``."""
-    bufs = {out_r: bytearray(), err_r: bytearray()}
-    deadline = time.monotonic() + timeout
-    live = [out_r, err_r]
-    timed_out = truncated = False
-    while live:
-        left = deadline - time.monotonic()
-        if left <= 0:
-            timed_out = True
-            break
-        for fd in select.select(live, [], [], left)[0]:
-            chunk = os.read(fd, 1 << 16)
-            if not chunk:
-                live.remove(fd)
-            elif len(bufs[fd]) + len(chunk) > cap:
-                truncated = True
-                live = []
-                break
-            else:
-                bufs[fd] += chunk
-    return bytes(bufs[out_r]), bytes(bufs[err_r]), timed_out, truncated
 
 
 def _opt_int(v: Any) -> int | None:
@@ -452,12 +383,12 @@ class Session:
         deadline = time.monotonic() + timeout
         fd = self.sock.fileno()
         try:
-            _send_all(fd, _frame(data), deadline)
-            (n,) = struct.unpack(">I", _read_exact(fd, 4, deadline))
+            wire.send_all(fd, wire.frame(data), deadline)
+            (n,) = struct.unpack(">I", wire.read_exact(fd, 4, deadline))
             if n > codec.MAX_REPLY_BYTES:
                 self._fail("too_large")
                 raise ReplyTooLargeError(f"reply of {n} bytes (limit {MAX_REPLY_BYTES})")
-            body = _read_exact(fd, n, deadline)
+            body = wire.read_exact(fd, n, deadline)
         except TimeoutError:
             self._fail("timeout")
             raise RemoteTimeoutError("candidate timed out") from None
