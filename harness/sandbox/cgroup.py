@@ -337,7 +337,8 @@ def _read_key(path: Path, key: str) -> int | None:
     return None
 
 
-def _alive(pid: int) -> bool:
+def alive(pid: int) -> bool:
+    """Whether process ``pid`` exists (one we may not signal counts)."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
@@ -362,7 +363,7 @@ def _remove_stale(be: Backend) -> None:
         with contextlib.suppress(OSError):
             for d in parent.iterdir():
                 owner = d.name[len(PREFIX):].split("-")[0]
-                if d.name.startswith(PREFIX) and owner.isdigit() and not _alive(int(owner)):
+                if d.name.startswith(PREFIX) and owner.isdigit() and not alive(int(owner)):
                     _kill_all_in(d)
                     for root, _, _ in os.walk(d, topdown=False):  # nested groups first
                         for delay in (0, 0.01, 0.05, 0.2):

@@ -44,7 +44,16 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from harness.sandbox import Limits, Sandbox, codec, python_executable, require, spawn, wire
+from harness.sandbox import (
+    Limits,
+    Sandbox,
+    cgroup,
+    codec,
+    python_executable,
+    require,
+    spawn,
+    wire,
+)
 from harness.sandbox.codec import (
     MAX_REPLY_BYTES,
     Proxy,
@@ -300,19 +309,10 @@ def fallback_workdir() -> str:
     with contextlib.suppress(OSError):
         for d in top.iterdir():
             owner = d.name[len(WORKDIR_PREFIX):].split("-")[0]
-            if d.name.startswith(WORKDIR_PREFIX) and owner.isdigit() and not _alive(int(owner)):
+            dead = owner.isdigit() and not cgroup.alive(int(owner))
+            if d.name.startswith(WORKDIR_PREFIX) and dead:
                 shutil.rmtree(d, ignore_errors=True)
     return tempfile.mkdtemp(prefix=f"{WORKDIR_PREFIX}{os.getpid()}-")
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 class Session:
