@@ -311,8 +311,10 @@ def test_a_neighbouring_sandbox_keeps_its_cpu(outcome, name):
     cpu = _cls(outcome, "neighbour_cpu")
     assert cpu["alone"]["passed"] == cpu["alone"]["total"] > 0, cpu["alone"]
     r = cpu[name]
-    assert r["passed"] == r["total"], r
-    assert r["slowdown"] < 2.5, (r, cpu["alone"])
+    assert r["passed"] == r["total"], r  # the verdict did not flip
+    # each sandbox has an equal share: at most 2x on 2 cores, with room for the other xdist
+    # worker's tests, which take CPU from both measurements but not equally
+    assert r["slowdown"] < 3.0, (r, cpu["alone"])
 
 
 @pytest.mark.parametrize("name", [a.name for a in C.PERSISTENCE])

@@ -118,7 +118,7 @@ def spawn(
     the caller owns). ``allow_weaker=False`` raises :class:`WeakerIsolationError` where a layer
     is missing (:func:`harness.sandbox.layers.require`); ``iso`` is one already checked.
     ``as_pid_1``: under bubblewrap the program is the sandbox's PID 1 (the fork server: no
-    other process in the sandbox holds its pipes, and no signal from inside reaches it)."""
+    other process in the sandbox holds its channel, and no signal from inside reaches it)."""
     iso = iso or require(allow_weaker)
     launch = plan(iso, limits, argv, cwd, as_pid_1=as_pid_1)
     # bwrap's --die-with-parent (PR_SET_PDEATHSIG) fires when the *thread* that forked it ends,

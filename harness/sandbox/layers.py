@@ -98,7 +98,7 @@ class Isolation:
             why = seccomp.available() or ("needs bubblewrap" if self.mode != "bwrap" else "off")
             out.append(f"a seccomp filter ({why}; Debian package libseccomp2): NOT enforced: "
                        "the candidate may ptrace, read or copy descriptors of other processes "
-                       "of its uid in the sandbox (the fork server: the judge's pipes), change "
+                       "of its uid in the sandbox (the fork server: the judge's channel), change "
                        "their rlimits and priority, and keep SysV IPC and keyring state")
         return out
 

@@ -13,8 +13,8 @@ What is denied, and why (the threat model is ``docs/sandbox.md``):
 * **Reaching another process**: ``ptrace``, ``process_vm_readv``/``process_vm_writev``,
   ``pidfd_open``, ``pidfd_getfd``, ``pidfd_send_signal``, ``kcmp``. The fork server runs with the
   candidate's uid; with these it could be traced, rewritten, or have its descriptors (the
-  judge's pipes) copied out. ``PR_SET_DUMPABLE=0`` in the server already refuses the same to
-  the kernel's ptrace checks; the filter refuses the calls themselves.
+  judge's control socket) copied out. ``PR_SET_DUMPABLE=0`` in the server already refuses the
+  same to the kernel's ptrace checks; the filter refuses the calls themselves.
 * **Changing another process's limits or scheduling**: ``prlimit64``, ``setpriority``,
   ``sched_setaffinity``, ``sched_setscheduler``, ``sched_setparam``, ``sched_setattr``,
   ``ioprio_set``, ``migrate_pages``, ``move_pages`` - allowed on the caller itself (pid 0), denied
