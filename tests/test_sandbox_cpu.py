@@ -6,7 +6,7 @@ its 3/3 into a timeout). The cpu group goes with the sandbox, with a restarted f
 old sandbox and with a killed grader (stale groups); where no cpu controller is writable the
 sandbox works without one and says so.
 
-Figures: ``benchmarks/sandbox_cpu.py``; ``docs/sandbox.md``."""
+Figures: ``benchmarks/sandbox_cpu.py``, quoted in ``benchmarks/README.md``."""
 
 from __future__ import annotations
 
