@@ -189,7 +189,7 @@ def main() -> None:
             proc.stdin.close()
             proc.wait()
         n = len(items) * args.repeat
-        rate = {k: n / seconds[k] for k in procs if seconds[k]}
+        rate = {k: n / seconds[k] for k in procs}
         for name in procs:
             print(f"fork server, {name}: {n} programs ({passed[name]} passed) in "
                   f"{seconds[name]:.2f} s = {rate[name]:.1f} programs/s")

@@ -22,6 +22,7 @@ import contextlib
 import importlib
 import sys
 from collections.abc import Iterator
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 # A reply of MAX_REPLY_CONTAINERS nested lists costs the judge about 60 MB while it is decoded
@@ -45,11 +46,22 @@ MAX_HASH_CLASHES = 1000
 MAX_DEPTH = 200
 
 
-class Channel(Protocol):
-    """What a :class:`Proxy` needs of its session: one request, one decoded reply; and the
-    counters the decoder keeps for the session's limits."""
+@dataclass
+class Spent:
+    """What one program has sent the judge, against the limits above that hold for a whole
+    program (every process of it loaded for one problem)."""
 
-    clashes: int
+    bytes: int = 0
+    containers: int = 0
+    ops: int = 0
+    clashes: int = 0
+
+
+class Channel(Protocol):
+    """What a :class:`Proxy` needs of its session: one request, one decoded reply; and what
+    the program has spent, which the decoder counts too."""
+
+    spent: Spent
     dead: str | None
 
     def op(self, payload: dict[str, Any]) -> dict[str, Any]: ...
@@ -266,10 +278,10 @@ def _count_clashes(items: list[Any], session: Channel) -> None:
             continue
         seen = first.setdefault(h, item)
         if seen is not item and seen != item:
-            session.clashes += 1
-    if session.clashes > MAX_HASH_CLASHES:
+            session.spent.clashes += 1
+    if session.spent.clashes > MAX_HASH_CLASHES:
         session.dead = "too_large"
-        raise ReplyTooLargeError(f"{session.clashes} values with colliding hashes "
+        raise ReplyTooLargeError(f"{session.spent.clashes} values with colliding hashes "
                                  f"(limit {MAX_HASH_CLASHES})")
 
 

@@ -43,7 +43,6 @@ import json
 import os
 import resource
 import secrets
-import select
 import signal
 import socket
 import struct
@@ -61,13 +60,9 @@ WIPE_BUDGET = 20000  # entries removed after one program; more means: replace th
 SETUP_FAILED = 121
 
 
-def read_exact(fd, n, deadline=None):
+def read_exact(fd, n):
     buf = bytearray()
     while len(buf) < n:
-        if deadline is not None:
-            left = deadline - time.monotonic()
-            if left <= 0 or not select.select([fd], [], [], left)[0]:
-                raise TimeoutError
         chunk = os.read(fd, min(n - len(buf), 1 << 20))
         if not chunk:
             raise EOFError
@@ -75,11 +70,11 @@ def read_exact(fd, n, deadline=None):
     return bytes(buf)
 
 
-def recv(fd, deadline=None):
-    (n,) = struct.unpack(">I", read_exact(fd, 4, deadline))
+def recv(fd):
+    (n,) = struct.unpack(">I", read_exact(fd, 4))
     if n > MAX_FRAME:
         raise ValueError("frame too large")
-    return read_exact(fd, n, deadline)
+    return read_exact(fd, n)
 
 
 def send(fd, data):

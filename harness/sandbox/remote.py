@@ -34,7 +34,6 @@ import os
 import queue
 import shutil
 import socket
-import struct
 import subprocess
 import tempfile
 import threading
@@ -55,13 +54,13 @@ from harness.sandbox import (
     wire,
 )
 from harness.sandbox.codec import (
-    MAX_REPLY_BYTES,
     Proxy,
     RemoteDiedError,
     RemoteError,
     RemoteTimeoutError,
     ReplyTooLargeError,
     ServerFailureError,
+    Spent,
     check_reply_size,
     copy_back,
     decode,
@@ -77,17 +76,6 @@ SOURCE = (Path(__file__).parent / "forkserver.py").read_text()
 GRACE_S = 3.0  # server overhead allowed beyond a candidate's own timeout before it is replaced
 MEMORY_SLACK_MB = 32  # group memory a clean sandbox may gain over its lowest charge (page cache)
 WORKDIR_PREFIX = "rlbench-forkserver-"
-
-
-@dataclass
-class Spent:
-    """What one program has sent the judge, against the limits of :mod:`harness.sandbox.codec`
-    that hold for a whole program."""
-
-    bytes: int = 0
-    containers: int = 0
-    ops: int = 0
-    clashes: int = 0
 
 
 @dataclass
@@ -188,11 +176,7 @@ class ForkServer:
         try:
             socket.send_fds(self.ctl, [wire.frame(json.dumps(header).encode())], fds)
             deadline = time.monotonic() + timeout + GRACE_S
-            fd = self.ctl.fileno()
-            (n,) = struct.unpack(">I", wire.read_exact(fd, 4, deadline))
-            if n > 1 << 16:
-                raise ValueError("frame too large")
-            reply = json.loads(wire.read_exact(fd, n, deadline))
+            reply = json.loads(wire.read_frame(self.ctl.fileno(), 1 << 16, deadline))
             if not isinstance(reply, dict):
                 raise ValueError("bad reply")
         except (OSError, ValueError, EOFError, TimeoutError) as exc:
@@ -330,15 +314,7 @@ class Session:
         self.deadline = deadline
         self.names: dict[str, Any] = {}
         self.dead: str | None = None
-        self.spent = server.spent
-
-    @property
-    def clashes(self) -> int:  # counted by the decoder (codec.Channel)
-        return self.spent.clashes
-
-    @clashes.setter
-    def clashes(self, value: int) -> None:
-        self.spent.clashes = value
+        self.spent = server.spent  # shared by every process of the program (codec.Channel)
 
     def close(self) -> None:
         self.sock.close()
@@ -384,11 +360,11 @@ class Session:
         fd = self.sock.fileno()
         try:
             wire.send_all(fd, wire.frame(data), deadline)
-            (n,) = struct.unpack(">I", wire.read_exact(fd, 4, deadline))
-            if n > codec.MAX_REPLY_BYTES:
-                self._fail("too_large")
-                raise ReplyTooLargeError(f"reply of {n} bytes (limit {MAX_REPLY_BYTES})")
-            body = wire.read_exact(fd, n, deadline)
+            body = wire.read_frame(fd, codec.MAX_REPLY_BYTES, deadline)
+        except wire.FrameTooLargeError as exc:
+            self._fail("too_large")
+            raise ReplyTooLargeError(f"reply of {exc.size} bytes (limit "
+                                     f"{codec.MAX_REPLY_BYTES})") from None
         except TimeoutError:
             self._fail("timeout")
             raise RemoteTimeoutError("candidate timed out") from None

@@ -11,8 +11,24 @@ import struct
 import time
 
 
+class FrameTooLargeError(ValueError):
+    """A length prefix over the reader's limit; the frame itself was not read."""
+
+    def __init__(self, size: int, limit: int) -> None:
+        super().__init__(f"frame of {size} bytes (limit {limit})")
+        self.size = size
+
+
 def frame(data: bytes) -> bytes:
     return struct.pack(">I", len(data)) + data
+
+
+def read_frame(fd: int, limit: int, deadline: float) -> bytes:
+    """One length-prefixed frame of at most ``limit`` bytes, by ``deadline``."""
+    (n,) = struct.unpack(">I", read_exact(fd, 4, deadline))
+    if n > limit:
+        raise FrameTooLargeError(n, limit)
+    return read_exact(fd, n, deadline)
 
 
 def send_all(fd: int, data: bytes, deadline: float) -> None:
