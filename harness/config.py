@@ -142,6 +142,9 @@ class TrainerConfig:
     steps: int = 400
     eval_every: int = 50
     eval_at_start: bool = True
+    # evaluate where tokens generated (rollout/tokens_total) is nearest each mark, so equal-
+    # compute results are read from an evaluation made at the budget (harness/trainer.py)
+    eval_at_tokens: list[int] = field(default_factory=list)
     checkpoint_every: int = 100
     keep_checkpoints: int = 1  # checkpoints left once the run FINISHED (0 = keep every one)
     output_dir: str | None = None  # null: Hydra's run dir (or ./outputs/<run name>)
@@ -287,6 +290,10 @@ def validate_config(cfg: DictConfig) -> None:
         raise ConfigError("trainer.rollout_correction.cap must be > 0")
     if cfg.trainer.eval_every < 0:
         raise ConfigError("trainer.eval_every must be >= 0 (0 = never)")
+    marks = list(cfg.trainer.eval_at_tokens or [])
+    if any(not isinstance(m, int) or m <= 0 for m in marks) or marks != sorted(set(marks)):
+        raise ConfigError(f"trainer.eval_at_tokens must be increasing positive token counts "
+                          f"(tokens generated), e.g. [50000,100000]; got {marks}")
     # algorithm: its bundle and every building block
     if not isinstance(cfg.algorithm, DictConfig) or "name" not in cfg.algorithm:
         raise ConfigError("algorithm must be chosen, e.g. algorithm=grpo")

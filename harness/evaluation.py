@@ -8,6 +8,20 @@ the protocol's ``maj_k``, default its ``k``). A task may also put numeric per-sa
 ``Score.info["stats"]`` (e.g. which answer-extraction method fired, grading timeouts); each is
 logged as its mean over the set, ``eval/<set>/<stat>``. Metric names use ``_at_`` because MLflow
 rejects ``@``: ``eval/<set>/pass_at_<k>``.
+
+Beside every pass@k, two standard errors say how much of a score is measurement:
+
+* ``eval/<set>/pass_at_<k>_stderr``: the problem-level standard error, sd over problems of the
+  per-problem estimate / sqrt(P) (as lm-evaluation-harness reports ``acc_stderr``): how far the
+  score could move on another draw of P problems from the same distribution.
+* ``eval/<set>/pass_at_1_sampling_se``: the sampling noise of re-evaluating the same model on the
+  same P problems, sqrt(sum_i p_i (1 - p_i) / (n - 1)) / P with p_i = c_i / n (the unbiased
+  estimate of Var(c_i / n) = p_i (1 - p_i) / n). Every seed of a board is evaluated on the same
+  problems, so this, not the problem-level error, is the evaluation noise inside a board's seed
+  variance.
+
+The per-problem counts themselves (problem id, n, c) are returned for the caller to log (the
+trainer writes them as the MLflow artifact ``evals/step_<step>.jsonl``).
 """
 
 from __future__ import annotations
@@ -57,7 +71,9 @@ def check_eval_sets(task: Task) -> None:
 def evaluate_set(
     engine: Any, task: Task, eval_set: EvalSet, generator: torch.Generator,
     samples_to_keep: int = 0, progress: Progress | None = None,
-) -> tuple[dict[str, float], list[dict[str, Any]]]:
+) -> tuple[dict[str, float], list[dict[str, Any]], list[dict[str, Any]]]:
+    """Metrics, the first ``samples_to_keep`` problems' first samples, and per problem
+    ``{eval_set, example_id, n, correct}`` (c of the n samples correct)."""
     proto = eval_set.protocol
     examples = eval_set.examples
     params = SamplingParams(n=proto.n, temperature=proto.temperature, top_p=proto.top_p,
@@ -89,9 +105,15 @@ def evaluate_set(
     metrics: dict[str, float] = {}
     per_problem_c = correct.sum(1)
     for k in proto.k:
-        metrics[f"eval/{name}/pass_at_{k}"] = float(
-            np.mean([pass_at_k(n, int(c), k) for c in per_problem_c])
-        )
+        per_problem = np.array([pass_at_k(n, int(c), k) for c in per_problem_c])
+        metrics[f"eval/{name}/pass_at_{k}"] = float(per_problem.mean())
+        metrics[f"eval/{name}/pass_at_{k}_stderr"] = (
+            float(per_problem.std(ddof=1) / np.sqrt(per_problem.size))
+            if per_problem.size > 1 else float("nan"))
+    if n > 1:
+        p_i = per_problem_c / n
+        metrics[f"eval/{name}/pass_at_1_sampling_se"] = float(
+            np.sqrt(np.sum(p_i * (1.0 - p_i) / (n - 1))) / len(examples))
     metrics[f"eval/{name}/mean_at_{n}"] = float(rewards.mean())
     metrics[f"eval/{name}/parse_fail_rate"] = float(np.mean([not s.parsed for s in scores]))
     metrics[f"eval/{name}/response_len"] = float(np.mean([len(t.response_ids) for t in trajs]))
@@ -124,26 +146,30 @@ def evaluate_set(
         }
         for i in range(0, len(trajs), n)[:samples_to_keep]
     ]
-    return metrics, kept
+    problems = [{"eval_set": name, "example_id": ex.id, "n": n, "correct": int(c)}
+                for ex, c in zip(examples, per_problem_c)]
+    return metrics, kept, problems
 
 
 def evaluate(
     engine: Any, task: Task, seed: int, step: int, samples_to_keep: int = 0,
     desc: str = "eval",
-) -> tuple[dict[str, float], list[dict[str, Any]]]:
-    """Every eval set of ``task``; the sampling seed depends on (seed, step) only, so an
-    evaluation is reproducible and independent of how training consumed random numbers.
-    Progress (problems done of all sets) shows as ``desc``."""
+) -> tuple[dict[str, float], list[dict[str, Any]], list[dict[str, Any]]]:
+    """Every eval set of ``task``: (metrics, kept samples, per-problem counts). The sampling
+    seed depends on (seed, step) only, so an evaluation is reproducible and independent of how
+    training consumed random numbers. Progress (problems done of all sets) shows as ``desc``."""
     generator = torch.Generator(engine.device).manual_seed(1_000_003 * (seed + 1) + step)
     metrics: dict[str, float] = {}
     samples: list[dict[str, Any]] = []
+    problems: list[dict[str, Any]] = []
     start = time.perf_counter()
     sets = task.eval_sets()
     with Progress(sum(len(es.examples) for es in sets), desc, unit="problems",
                   final_line=False) as progress:
         for eval_set in sets:
-            m, s = evaluate_set(engine, task, eval_set, generator, samples_to_keep, progress)
+            m, s, p = evaluate_set(engine, task, eval_set, generator, samples_to_keep, progress)
             metrics.update(m)
             samples.extend(s)
+            problems.extend(p)
     metrics["time/eval"] = time.perf_counter() - start
-    return metrics, samples
+    return metrics, samples, problems

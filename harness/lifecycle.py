@@ -15,8 +15,6 @@ import signal
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-import numpy as np
-
 SUMMARY_METRICS = ("/pass_at_", "/mean_at_", "/maj_at_")
 
 
@@ -30,12 +28,13 @@ class RunInterrupted(BaseException):
 
 
 def eval_summary(evals: Sequence[Mapping[str, float]]) -> dict[str, float]:
-    """``final/*`` (mean of the last two evaluations) and ``start/*`` (the step-0 evaluation)."""
+    """``final/*`` (the last evaluation, of the model training ended with: never averaged with a
+    mid-training one) and ``start/*`` (the step-0 evaluation)."""
     summary: dict[str, float] = {}
+    evals = sorted(evals, key=lambda e: e["step"])
     keys = [k for k in (evals[-1] if evals else {}) if any(s in k for s in SUMMARY_METRICS)]
     for key in keys:
-        tail = [e[key] for e in evals[-2:] if key in e]
-        summary["final/" + key[len("eval/"):]] = float(np.mean(tail))
+        summary["final/" + key[len("eval/"):]] = float(evals[-1][key])
         if evals[0]["step"] == 0 and key in evals[0]:
             summary["start/" + key[len("eval/"):]] = evals[0][key]
     return summary

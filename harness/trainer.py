@@ -12,6 +12,16 @@
     rollout_engine.update_weights(train_engine)
     tracker.log(step metrics) ; every eval_every steps: evaluate()      time/eval
 
+Equal-compute evaluations (``trainer.eval_at_tokens``): for each declared mark ``m`` of tokens
+generated, the policy is evaluated once where the run's token count is nearest ``m``. The count
+is known only after a step's rollouts: when step s's rollouts take it from T_{s-1} < m to
+T_s >= m, the policy trained on T_{s-1} tokens (the one that just generated them, before step s's
+update) is evaluated at once and logged at step s-1 if m - T_{s-1} <= T_s - m, else the updated
+policy is evaluated after step s. A board reads each row's equal-compute score from that
+evaluation (within half a step's tokens of the mark), never from interpolating between two
+evaluations. Evaluation draws from its own generator (harness/evaluation.py), so the extra
+evaluations leave training bit-identical.
+
 A first Ctrl-C or SIGTERM asks the loop to stop at the end of the current step: it writes a
 checkpoint, marks the MLflow run KILLED and raises :class:`RunInterrupted`; a second signal
 stops at once (the last periodic checkpoint stays on disk). Before training, the cell's config
@@ -108,6 +118,7 @@ class Trainer:
         self._first_step = 0                 # warm start
         self.plan: CellPlan | None = None
         self.eval_history: list[dict[str, float]] = []
+        self._eval_after_step = False  # a token mark wants the policy after this step's update
         self._stop_signal: int | None = None
 
     # -- setup ----------------------------------------------------------------------------------
@@ -219,8 +230,10 @@ class Trainer:
             self.rollout_engine.sleep()  # hand the GPU memory to training
         timings = {f"time/{k}": v for k, v in ctx.timings.items()}
         metrics: dict[str, float] = dict(ctx.metrics)
+        before = self.tokens_total
         self.tokens_total += metrics.get("rollout/tokens", 0.0)
         metrics["rollout/tokens_total"] = self.tokens_total
+        self._eval_at_marks(before, self.tokens_total)
         if len(batch) > 0:
             micro = cfg.trainer.micro_batch_size or cfg.trainer.mini_batch_size or len(batch)
             t0 = time.perf_counter()
@@ -358,15 +371,30 @@ class Trainer:
                                     self.cfg.trainer.micro_batch_size)
 
     # -- evaluation, checkpoints, the loop ------------------------------------------------------
+    def _eval_at_marks(self, before: float, after: float) -> None:
+        """Step ``self.step + 1``'s rollouts took tokens generated from ``before`` to ``after``:
+        evaluate now (the policy trained on ``before`` tokens, logged at ``self.step``) for each
+        crossed mark nearer ``before``; flag an evaluation after the update for the others."""
+        crossed = [m for m in self.cfg.trainer.eval_at_tokens if before < m <= after]
+        if any(m - before <= after - m for m in crossed) and not self._evaluated(self.step):
+            self._status(self.run_eval(), is_eval=True)
+        self._eval_after_step = any(m - before > after - m for m in crossed)
+
+    def _evaluated(self, step: int) -> bool:
+        return any(e["step"] == step for e in self.eval_history)
+
     def run_eval(self) -> dict[str, float]:
-        metrics, samples = evaluate(self.rollout_engine, self.task, self.cfg.seed, self.step,
-                                    samples_to_keep=self.cfg.tracking.log_samples,
-                                    desc=f"[{self.run_name}] eval step {self.step}")
+        metrics, samples, problems = evaluate(
+            self.rollout_engine, self.task, self.cfg.seed, self.step,
+            samples_to_keep=self.cfg.tracking.log_samples,
+            desc=f"[{self.run_name}] eval step {self.step}")
         self.eval_history.append({"step": self.step, **metrics})
         self.stage_totals["eval"] += metrics.get("time/eval", 0.0)
         self.tracker.log_metrics(metrics, self.step)
         if samples:
             self.tracker.log_table(samples, f"samples/eval_step_{self.step:06d}.json")
+        # per-problem correct counts: problem-level errors and noise can be recomputed later
+        self.tracker.log_jsonl(problems, f"evals/step_{self.step:06d}.jsonl")
         return metrics
 
     def save(self) -> Path:
@@ -434,8 +462,10 @@ class Trainer:
             if cfg.status_every and self.step % cfg.status_every == 0:
                 self._status(metrics)
             last = self.step == cfg.steps or (cfg.max_wall_s and wall >= cfg.max_wall_s)
-            if cfg.eval_every > 0 and (self.step % cfg.eval_every == 0 or last):
+            due = cfg.eval_every > 0 and (self.step % cfg.eval_every == 0 or last)
+            if (due or self._eval_after_step) and not self._evaluated(self.step):
                 self._status(self.run_eval(), is_eval=True)
+            self._eval_after_step = False
             if self._stop_signal is not None:
                 path = self.save()
                 log.warning("[%s] checkpoint written to %s", self.run_name, path)
@@ -447,7 +477,7 @@ class Trainer:
         return self._summary()
 
     def _summary(self) -> dict[str, float]:
-        """final/* = mean of the last two evaluations; start/* = the step-0 evaluation."""
+        """final/* = the last evaluation (the trained model); start/* = the step-0 evaluation."""
         summary: dict[str, float] = {"final/steps": float(self.step),
                                      "final/tokens_total": self.tokens_total,
                                      "final/tokens_trained": self.tokens_trained,

@@ -114,7 +114,7 @@ def test_evaluation_runs_in_the_engines_batches_and_times_each_set(tmp_path):
 
     engine = Engine()
     start = time.perf_counter()
-    metrics, _ = evaluate(engine, Task(), seed=0, step=0)
+    metrics, _, _ = evaluate(engine, Task(), seed=0, step=0)
     assert engine.calls == [2, 2, 1]
     assert metrics["eval/s/pass_at_1"] == 0.2
     assert 0 <= metrics["time/eval_s"] <= time.perf_counter() - start

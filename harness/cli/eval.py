@@ -205,9 +205,9 @@ def evaluate_checkpoint(kind: str, value: str, cfg: Any, path: str | None = None
         engine = BACKENDS.get(cfg.backend.rollout)(
             path, cfg.backend, cfg.seed, attn_implementation=cfg.model.attn_implementation
         )
-        metrics, samples = evaluate(engine, task, cfg.seed, step=0,
-                                    samples_to_keep=cfg.tracking.log_samples,
-                                    desc=f"eval {Path(path).name}")
+        metrics, samples, problems = evaluate(engine, task, cfg.seed, step=0,
+                                              samples_to_keep=cfg.tracking.log_samples,
+                                              desc=f"eval {Path(path).name}")
         summary = {"final/" + k[len("eval/"):]: v for k, v in metrics.items()
                    if k.startswith("eval/") and any(
                        f"/{m}_at_" in k for m in ("pass", "mean", "maj"))}
@@ -219,6 +219,7 @@ def evaluate_checkpoint(kind: str, value: str, cfg: Any, path: str | None = None
             tracker.log_metrics({**metrics, **summary}, step=0)
             if samples:
                 tracker.log_table(samples, "samples/eval.json")
+            tracker.log_jsonl(problems, "evals/step_000000.jsonl")
         status = "FINISHED"
     finally:
         if tracker is not None:

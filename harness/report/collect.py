@@ -35,11 +35,19 @@ _PAGE = 1000
 _NOT_SET = "(not set)"
 
 
+# When a run evaluates and checkpoints never changes what it trains (evaluation samples from
+# its own generator: tests/test_eval_at_tokens.py), so tuning runs evaluated only at the end and
+# reported runs evaluated every few steps at the same settings are one row.
+SCHEDULE_KEYS = ("trainer.eval_every", "trainer.eval_at_start", "trainer.eval_at_tokens",
+                 "trainer.checkpoint_every", "trainer.keep_checkpoints")
+
+
 def identity(params: dict[str, str]) -> dict[str, str]:
-    """The configuration of a run: its params minus ``seed`` and the non-semantic keys."""
+    """The configuration of a run: its params minus ``seed``, the non-semantic keys and the
+    evaluation and checkpoint schedule."""
     def semantic(key: str) -> bool:
         return key != "seed" and not any(key == k or key.startswith(k + ".")
-                                         for k in NON_SEMANTIC_KEYS)
+                                         for k in (*NON_SEMANTIC_KEYS, *SCHEDULE_KEYS))
 
     return {k: v for k, v in params.items() if semantic(k)}
 
