@@ -2,9 +2,9 @@
 (``final/*``, ``start/*``) and the end-of-run text, and the SIGINT/SIGTERM handlers that let the
 loop stop at a step boundary (:mod:`harness.trainer` owns the loop; this module holds no state).
 
-Summary rule: ``final/<set>/<metric>`` is the mean of the last two evaluations (one evaluation's
-sampling noise is halved without reaching back into the middle of training); ``start/*`` is the
-step-0 evaluation when there was one. Only pass@k, mean@k and maj@k enter the summary.
+Summary rule: ``final/<set>/<metric>`` is the last evaluation, of the model training ended with
+(averaging it with an earlier one would give a half-trained model half the weight); ``start/*``
+is the step-0 evaluation when there was one. Only pass@k, mean@k and maj@k enter the summary.
 """
 
 from __future__ import annotations

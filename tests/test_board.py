@@ -1,9 +1,12 @@
 """End-to-end leaderboard generation from a synthetic SQLite MLflow store. Three algorithms x three
 seeds of FINISHED runs (drgrpo on seeds 1-3, tagged as a paired variant of dapo, so its paired
 difference covers only seeds 1 and 2), plus a KILLED run and an older duplicate of one cell that
-must be reported, not counted. Expected numbers are recomputed here with numpy/scipy. Pairing
-configs, variants, temperatures and the bootstrap are in test_board_pairing.py; the leaderboard run
-read back through a real MLflow server in test_board_mlflow.py.
+must be reported, not counted. The runs log their ``final/*`` quality summary as runs before
+issue 31 did (the mean of the last two evaluations); the board reports the last evaluation.
+Expected numbers are recomputed here with numpy/scipy. A second, complete store whose sweep
+declares an effect to detect makes a confirmatory board (the ‡ of the primary comparisons).
+Pairing configs, variants and temperatures are in test_board_pairing.py; the leaderboard run read
+back through a real MLflow server in test_board_mlflow.py.
 """
 
 import csv
@@ -16,7 +19,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from mlflow.entities import Metric
+from mlflow.entities import Metric, Param
 from mlflow.tracking import MlflowClient
 from scipy import stats
 
@@ -32,6 +35,8 @@ EVAL_STEPS = [0, 10, 20, 30]
 SEEDS = {"grpo": [0, 1, 2], "dapo": [0, 1, 2], "drgrpo": [1, 2, 3]}
 LEVEL = {"grpo": 0.30, "dapo": 0.40, "drgrpo": 0.50}  # final pass@1 ordering: drgrpo > dapo > grpo
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+PAIRED = "Paired differences vs baseline (secondary, descriptive)"
+PRIMARY_COLUMNS = ("estimate", "se", "t", "low", "high", "p_adjusted", "mde", "significant")
 
 
 def _log_run(client, exp_id, alg, seed, *, level, start_time, status="FINISHED", extra_step=False):
@@ -43,13 +48,16 @@ def _log_run(client, exp_id, alg, seed, *, level, start_time, status="FINISHED",
     run_id = client.create_run(exp_id, start_time=start_time, tags=tags).info.run_id
     rng = np.random.default_rng(1000 * seed + int(level * 100))
     steps = sorted([*EVAL_STEPS, 25] if extra_step else EVAL_STEPS)
-    metrics, summary = [], {}
+    # summary: what the board must report; logged: the pre-issue-31 summaries it must not
+    metrics, summary, logged = [], {}, {}
     for name, k, offset in (("heldout", 1, 0.0), ("heldout", 8, 0.3), ("train", 1, 0.1)):
         curve = {s: 0.1 + offset + (level - 0.1) * s / 30 + rng.normal(0, 0.03) for s in steps}
         metrics += [Metric(f"eval/{name}/pass_at_{k}", v, 0, s) for s, v in curve.items()]
-        summary[f"final/{name}/pass_at_{k}"] = (curve[steps[-2]] + curve[steps[-1]]) / 2
+        logged[f"final/{name}/pass_at_{k}"] = (curve[steps[-2]] + curve[steps[-1]]) / 2
+        summary[f"final/{name}/pass_at_{k}"] = curve[steps[-1]]  # the last evaluation
         summary[f"start/{name}/pass_at_{k}"] = curve[0]
-    summary["final/heldout/mean_at_8"] = summary["final/heldout/pass_at_1"] + 0.01
+    # no eval/heldout/mean_at_8 is logged: the summary itself is all there is, and is reported
+    summary["final/heldout/mean_at_8"] = logged["final/heldout/pass_at_1"] + 0.01
     tools = {name: {st: base + st / 10 + rng.normal(0, 0.1) for st in steps}
              for name, base in (("heldout", 2.0), ("train", 3.0))}
     metrics += [Metric(f"eval/{name}/tool_calls_per_traj", v, 0, st)
@@ -65,12 +73,15 @@ def _log_run(client, exp_id, alg, seed, *, level, start_time, status="FINISHED",
                     "final/wall_s": 60.0 + 5 * seed, "final/peak_mem_mb": 900.0 + 10 * seed})
     if alg == "dapo":  # tokens_trained logged by some runs only: the column appears
         summary["final/tokens_trained"] = 20000.0 + 100 * seed
-    metrics += [Metric(k, v, 0, 30) for k, v in summary.items()]
+    metrics += [Metric(k, v, 0, 30) for k, v in {**summary, **logged}.items()]
     client.log_batch(run_id, metrics=metrics)
     client.set_terminated(run_id, status, end_time=start_time + 1)
     summary["entropy_last10"] = float(np.mean([entropy[s] for s in range(21, 31)]))
+    # the last evaluation of each eval set, averaged over the sets
+    summary["tools_last"] = float(np.mean([c[steps[-1]] for c in tools.values()]))
     summary["tools_last2"] = float(np.mean([(c[steps[-2]] + c[steps[-1]]) / 2
                                             for c in tools.values()]))
+    summary["logged"] = logged
     return run_id, summary
 
 
@@ -121,10 +132,13 @@ def _md_table(store, section, sub="countdown-tiny/tiny"):
 
 
 def test_written_files(store):
+    """Per pass@k spec the overview and, since rows have baselines, the small multiple of each
+    row against its baseline, both against step and against tokens generated."""
     d = store["out"] / "countdown-tiny" / "tiny"
-    pngs = ["entropy.png", "heldout-pass_at_1-tokens.png", "heldout-pass_at_1.png",
-            "heldout-pass_at_8-tokens.png", "heldout-pass_at_8.png", "response_len.png",
-            "reward.png", "train-pass_at_1-tokens.png", "train-pass_at_1.png"]
+    pngs = ["entropy.png", "response_len.png", "reward.png"]
+    pngs += [f"{stem}{x}{vs}.png" for stem in ("heldout-pass_at_1", "heldout-pass_at_8",
+                                               "train-pass_at_1")
+             for x in ("", "-tokens") for vs in ("", "-vs-baseline")]
     names = ["leaderboard.csv", "leaderboard.md", *pngs, "runs.jsonl.gz"]
     assert store["files"] == sorted([store["out"] / "README.md", *(d / n for n in names)])
     md = (d / "leaderboard.md").read_text()
@@ -135,8 +149,14 @@ def test_written_files(store):
 
 
 def test_csv_means_cis_and_order(store):
+    """Final quality is each run's last evaluation (not its logged mean of the last two), then
+    mean and Student-t interval over seeds."""
     rows = _rows(store)
     assert list(rows) == ["drgrpo", "dapo", "grpo"]  # sorted by heldout pass@1, descending
+    # the fixture tells the two rules apart: the logged summary is not the last evaluation
+    gaps = [abs(summ["final/heldout/pass_at_1"] - summ["logged"]["final/heldout/pass_at_1"])
+            for _, summ in store["runs"].values()]
+    assert min(gaps) > 1e-6 and max(gaps) > 0.01
     for alg, seeds in SEEDS.items():
         row, summ = rows[alg], [store["runs"][alg, s][1] for s in seeds]
         assert int(row["n_seeds"]) == 3 and row["seeds"] == ";".join(map(str, seeds))
@@ -193,6 +213,10 @@ def test_paired_differences_on_shared_seeds(store, alg, base, shared):
         assert int(row[f"{m}/vs_baseline_pairs"]) == len(shared)
         assert float(row[f"{m}/vs_baseline_mean"]) == pytest.approx(mean, abs=6e-4)
         assert float(row[f"{m}/vs_baseline_ci95"]) == pytest.approx(half, abs=6e-4)
+        # the uncorrected paired t-test's p stays in the CSV; Holm's adjustment is gone
+        assert float(row[f"{m}/vs_baseline_p"]) == pytest.approx(
+            stats.ttest_1samp(diffs, 0.0).pvalue, abs=2e-6)
+        assert f"{m}/vs_baseline_p_holm" not in row
 
 
 def test_final_token_entropy_is_mean_of_last_ten_steps_and_paired(store):
@@ -211,14 +235,17 @@ def test_final_token_entropy_is_mean_of_last_ten_steps_and_paired(store):
     assert quality["grpo"]["final token entropy"].split(" ")[0] == \
         f"{float(rows['grpo']['token_entropy/final_mean']):.3f}"
     assert "**" not in quality["dapo"]["final token entropy"]  # entropy is never "best"
-    paired = _md_table(store, "Paired difference vs baseline")
+    paired = _md_table(store, PAIRED)
     assert paired["dapo"]["Δ final token entropy"].startswith("+0.2")  # dapo's curves sit 0.2 up
 
 
-def test_tool_calls_per_traj_is_mean_of_last_two_evaluations_over_eval_sets(store):
+def test_tool_calls_per_traj_is_the_last_evaluation_averaged_over_eval_sets(store):
     rows = _rows(store)
     for alg, seeds in SEEDS.items():
-        mean, half = _ci([store["runs"][alg, s][1]["tools_last2"] for s in seeds])
+        summ = [store["runs"][alg, s][1] for s in seeds]
+        # the rules differ on this data: the last evaluation is not the mean of the last two
+        assert all(abs(x["tools_last"] - x["tools_last2"]) > 1e-3 for x in summ)
+        mean, half = _ci([x["tools_last"] for x in summ])
         assert float(rows[alg]["tool_calls_per_traj/final_mean"]) == pytest.approx(mean,
                                                                                      abs=6e-6)
         assert float(rows[alg]["tool_calls_per_traj/final_ci95"]) == pytest.approx(half,
@@ -228,13 +255,22 @@ def test_tool_calls_per_traj_is_mean_of_last_two_evaluations_over_eval_sets(stor
 
 
 def test_baseline_row_has_no_paired_difference(store):
-    row = _rows(store)["grpo"]
+    rows = _rows(store)
+    row = rows["grpo"]
     assert row["baseline"] == "" and row["heldout/pass_at_1/vs_baseline_pairs"] == "0"
     assert row["heldout/pass_at_1/vs_baseline_excludes_zero"] == "0"
-    paired = _md_table(store, "Paired difference vs baseline")
+    paired = _md_table(store, PAIRED)
     assert paired["grpo"]["baseline"] == "—"
     assert paired["grpo"]["Δ heldout pass@1"] == "—"
     assert paired["dapo"]["baseline"] == "grpo" and paired["drgrpo"]["baseline"] == "dapo"
+    # nor a primary comparison: one per row that has a baseline, against that baseline
+    assert all(row[f"primary_{c}"] == "" for c in PRIMARY_COLUMNS)
+    primary = _md_table(store, "Primary comparisons")
+    assert {k: r["baseline"] for k, r in primary.items()} == {"dapo": "grpo", "drgrpo": "dapo"}
+    for alg in ("dapo", "drgrpo"):
+        assert all(rows[alg][f"primary_{c}"] != "" for c in PRIMARY_COLUMNS)
+        assert float(rows[alg]["primary_estimate"]) == pytest.approx(
+            float(primary[alg]["Δ"]), abs=6e-4)
 
 
 def test_markdown_header_and_traceability(store):
@@ -247,14 +283,26 @@ def test_markdown_header_and_traceability(store):
     assert "unbiased Codex estimator" in md and "Student-t 95%" in md
     assert "Pairing config: `conf/board/default.yaml`; default baseline `grpo`" in md
     assert "Generated from 10 finished runs (1 duplicates)" in md
-    assert "Primary metric: heldout pass@1 (final)" in md
+    assert "- Primary metric: heldout pass@1 (last evaluation).\n" in md
+    # the plan and its verdict come before any table; no sweep declares an effect to detect
+    first_table = md.index("\n## ")
+    assert md.index("- **Descriptive only**: no effect to detect is declared for sweep(s) (none) "
+                    "(plan.detect in conf/board/default.yaml).\n") < first_table
+    assert md.index("- Analysis plan (declared in `conf/board/default.yaml`): primary metric "
+                    "heldout pass@1 of each run's last evaluation; one comparison per row "
+                    "against its baseline;") < first_table
+    assert "**Confirmatory**" not in md
+    # the confirmatory section sits between the quality table and the descriptive differences
+    assert md.index("## Quality (final)\n") < md.index("## Primary comparisons\n") < \
+        md.index(f"## {PAIRED}\n")
+    assert "Holm" not in md and "†" not in md and "‡" not in md
     for run_id, _ in store["runs"].values():
         assert run_id in md
     readme = (store["out"] / "README.md").read_text()
     line = next(x for x in readme.splitlines() if "(countdown-tiny/tiny/leaderboard.md)" in x)
-    # the top row by mean is named as such, never "best", beside the Holm survivors
+    # the top row by mean is named as such, never "best", beside the plan's verdict
     assert "highest mean heldout pass@1: **drgrpo**" in line and "best" not in line
-    assert re.search(r"; \d+ of \d+ paired comparisons significant after Holm;", line)
+    assert re.search(r" \(3\); descriptive only; 3 rows, 9 runs$", line)
     # the index names the command, the git commit and the date of every leaderboard
     entry = readme.split("(countdown-tiny/tiny/leaderboard.md)")[1]
     assert "made by `rlbench board --tracking-uri sqlite:///mlruns.db --experiment rlbench" in entry
@@ -346,20 +394,128 @@ def test_cells_mean_ci_n_and_bold_best(store):
     assert "peak mem MiB" in cost["grpo"] and "peak GPU mem MiB" not in cost["grpo"]
 
 
-def test_marker_exactly_when_paired_ci_excludes_zero(store):
-    rows, paired = _rows(store), _md_table(store, "Paired difference vs baseline")
+# -- a confirmatory board: a complete design whose sweep declares an effect to detect ----------
+CONFIRM_SEEDS = (0, 1, 2, 3)
+CONFIRM_EFFECT = {"grpo": 0.0, "dapo": 0.08, "drgrpo": 0.003}  # dapo: clear; drgrpo: none
+
+
+@pytest.fixture(scope="module")
+def confirm(tmp_path_factory):
+    """grpo, dapo and drgrpo on the same four seeds (a seed effect every row shares, small
+    noise), launched by sweep ``confirm_test`` from one warm start; built once with a declared
+    effect the seeds can detect (confirmatory) and once with one they cannot (descriptive)."""
+    root = tmp_path_factory.mktemp("confirm")
+    uri = f"sqlite:///{root / 'mlruns.db'}"
+    client = MlflowClient(uri)
+    exp = client.create_experiment("confirm", artifact_location=(root / "a").as_uri())
+    rng = np.random.default_rng(7)
+    block = rng.normal(0.0, 0.03, len(CONFIRM_SEEDS))
+    values, n = {}, 0
+    for alg, effect in CONFIRM_EFFECT.items():
+        for seed in CONFIRM_SEEDS:
+            v = 0.3 + block[seed] + effect + rng.normal(0.0, 0.01)
+            values[alg, seed] = v
+            rid = client.create_run(exp, start_time=1000 + n, tags={
+                "rlbench.algorithm": alg, "rlbench.task": "countdown",
+                "rlbench.task_variant": "tiny", "rlbench.model": "tiny",
+                "rlbench.seed": str(seed), "rlbench.temperature": "1.0",
+                "rlbench.sweep": "confirm_test"}).info.run_id
+            client.log_batch(rid, metrics=[
+                Metric("eval/heldout/pass_at_1", 0.1, 0, 0),
+                Metric("eval/heldout/pass_at_1", v - 0.05, 0, 10),
+                Metric("eval/heldout/pass_at_1", v, 0, 20),
+                # the old summary (mean of the last two evaluations): the board reads v
+                Metric("final/heldout/pass_at_1", v - 0.025, 0, 20),
+                Metric("start/heldout/pass_at_1", 0.1, 0, 0)],
+                params=[Param("seed", str(seed)), Param("model.pretrain.seed", "7")])
+            client.set_terminated(rid, "FINISHED")
+            n += 1
+
+    def build(name, detect):
+        cfg = root / f"{name}.yaml"
+        cfg.write_text(f"plan:\n  detect:\n    confirm_test: {detect}\n")
+        out = root / name
+        build_leaderboards(uri, "confirm", out, config=cfg, log_to_mlflow=False, export=False)
+        with open(out / "countdown-tiny" / "tiny" / "leaderboard.csv", newline="") as f:
+            rows = {r["row"]: r for r in csv.DictReader(f)}
+        return {"out": out, "rows": rows, "readme": (out / "README.md").read_text(),
+                "md": (out / "countdown-tiny" / "tiny" / "leaderboard.md").read_text()}
+
+    return {"values": values, "powered": build("powered", 0.05),
+            "underpowered": build("underpowered", 0.001)}
+
+
+def _primary_by_hand(values):
+    """The seed-blocked two-way model on a complete design, by hand: each estimate is the paired
+    mean difference, its SE sigma * sqrt(2 / S) with sigma^2 = SSE / ((R - 1)(S - 1))."""
+    algs, seeds = list(CONFIRM_EFFECT), list(CONFIRM_SEEDS)
+    y = np.array([[values[a, s] for s in seeds] for a in algs])
+    resid = y - y.mean(1, keepdims=True) - y.mean(0, keepdims=True) + y.mean()
+    df = (len(algs) - 1) * (len(seeds) - 1)
+    se = math.sqrt((resid ** 2).sum() / df) * math.sqrt(2 / len(seeds))
+    est = {a: float(np.mean(y[i] - y[0])) for i, a in enumerate(algs) if a != "grpo"}
+    return est, se, df
+
+
+def test_primary_marks_exactly_the_significant_comparisons_of_a_confirmatory_board(confirm):
+    """The ‡ sits on a primary comparison exactly when its simultaneous interval excludes 0 and
+    the board is confirmatory; the secondary paired table carries no marks at all."""
+    board = confirm["powered"]
+    md, rows = board["md"], board["rows"]
+    est, se, df = _primary_by_hand(confirm["values"])
+    primary = _md_table({"out": board["out"]}, "Primary comparisons")
+    assert set(primary) == {"dapo", "drgrpo"}
     marked = 0
     for alg in ("dapo", "drgrpo"):
-        for m, title in (("heldout/pass_at_1", "Δ heldout pass@1"),
-                         ("heldout/pass_at_8", "Δ heldout pass@8")):
-            lo, hi, mean, half = (float(rows[alg][f"{m}/vs_baseline_{c}"])
-                                  for c in ("low", "high", "mean", "ci95"))
-            assert (lo, hi) == pytest.approx((mean - half, mean + half), abs=2e-6)
-            excludes = lo > 0 or hi < 0
-            assert paired[alg][title].endswith("†") == excludes
-            assert rows[alg][f"{m}/vs_baseline_excludes_zero"] == str(int(excludes))
-            marked += excludes
-    assert 0 < marked < 4  # the synthetic data has both kinds
+        r = rows[alg]
+        low, high, e, s = (float(r[f"primary_{c}"]) for c in ("low", "high", "estimate", "se"))
+        assert e == pytest.approx(est[alg], abs=1e-5) and s == pytest.approx(se, rel=1e-4)
+        # the simultaneous interval: wider than one t-test's, narrower than Bonferroni's
+        crit = (high - e) / s
+        assert (e - low) / s == pytest.approx(crit, rel=1e-4)
+        # Dunnett's c for two comparisons at 6 df is about 2.87; one t-test's is 2.45,
+        # Bonferroni's 3.29
+        assert 1.05 * stats.t.ppf(0.975, df) < crit < stats.t.ppf(1 - 0.025 / 2, df)
+        excludes = low > 0 or high < 0
+        assert primary[alg]["Δ"] == f"{e:+.3f}" + ("‡" if excludes else "")
+        assert r["primary_significant"] == str(int(excludes))
+        marked += excludes
+    assert marked == 1  # the data has both kinds: dapo's +0.08, drgrpo's +0.003
+    first_table = md.index("\n## ")
+    assert md.index("- **Confirmatory**: the family's minimum detectable effect (") < first_table
+    assert "is at or below the 0.05 declared for confirm_test.\n" in md
+    assert ("- Held fixed: one warm start for every run (`model.pretrain.seed` = 7): every "
+            "interval is conditional on it.\n") in md
+    assert "‡: significant for the family at 0.05." in md
+    secondary = md.split(f"## {PAIRED}\n", 1)[1].split("\n## ", 1)[0]
+    assert "‡" not in secondary and "†" not in secondary
+    paired = _md_table({"out": board["out"]}, PAIRED)
+    assert paired["dapo"]["Δ heldout pass@1"] == (
+        f"{float(rows['dapo']['heldout/pass_at_1/vs_baseline_mean']):+.3f} ± "
+        f"{float(rows['dapo']['heldout/pass_at_1/vs_baseline_ci95']):.3f} (4)")
+    assert rows["dapo"]["heldout/pass_at_1/vs_baseline_excludes_zero"] == "1"
+    mde = max(float(rows[a]["primary_mde"]) for a in ("dapo", "drgrpo"))
+    assert mde <= 0.05
+    assert (f"; 1 of 2 primary comparisons significant (seed-blocked, Dunnett-adjusted; MDE "
+            f"{mde:.3f}); 3 rows, 12 runs") in board["readme"]
+
+
+def test_no_marks_when_the_seeds_cannot_detect_the_declared_effect(confirm):
+    """The same runs, with a declared effect below the MDE: the same intervals, no ‡."""
+    board, powered = confirm["underpowered"], confirm["powered"]["rows"]
+    md, rows = board["md"], board["rows"]
+    assert float(rows["dapo"]["primary_low"]) > 0  # would be marked on a confirmatory board
+    for alg in ("dapo", "drgrpo"):
+        for c in ("estimate", "low", "high", "p_adjusted", "mde"):
+            assert rows[alg][f"primary_{c}"] == powered[alg][f"primary_{c}"]
+        assert rows[alg]["primary_significant"] == "0"
+    assert "‡" not in md and "No marks: the board is descriptive only." in md
+    mde = max(float(rows[a]["primary_mde"]) for a in ("dapo", "drgrpo"))
+    assert (f"- **Descriptive only**: its minimum detectable effect, {mde:.3f}, is above the "
+            "0.001 its sweep declares it is powered for.\n") in md
+    assert "**Confirmatory**" not in md
+    assert " (4); descriptive only; 3 rows, 12 runs" in board["readme"]
+    assert "primary comparisons significant" not in board["readme"]
 
 
 def test_change_since_start_table(store):
@@ -401,21 +557,38 @@ def test_leaderboard_logged_to_mlflow(store, tmp_path):
     assert run.data.params["baseline"] == "grpo"
 
 
-def test_index_line_names_the_top_mean_and_counts_only_holm_survivors():
+def test_index_line_names_the_top_mean_and_counts_only_significant_primary_comparisons():
+    """The index names the top row by mean and counts the primary comparisons significant under
+    the plan (not the secondary paired intervals), or says the board is descriptive only."""
+    from harness.report.analysis import Analysis, Comparison
     from harness.report.board import _summary
     from harness.report.stats import interval
     from harness.report.tables import Row, Spec
+    from harness.report.verdict import Verdict
 
     spec = Spec("heldout", "pass", 1)
 
-    def row(key: str, values: list[float], holm: dict[str, float]) -> Row:
+    def row(key: str, values: list[float], vs: dict) -> Row:
         r = Row(key=key, label=key, algorithm=key, variant="", temperature="1.0", runs={})
-        r.final[spec.name], r.holm = interval(values), holm
+        r.final[spec.name], r.vs = interval(values), vs
         return r
 
-    top = row("dapo", [0.3, 0.31], {spec.name: 0.2, "entropy": 0.01})
+    def comp(key: str, low: float, high: float, mde: float) -> Comparison:
+        return Comparison(key, "grpo", 2, (low + high) / 2, 0.01, 1.0, 0.5, low, high, mde)
+
+    # rloo's secondary pass@8 interval excludes 0, its primary comparison does not: not counted
+    top = row("dapo", [0.3, 0.31], {spec.name: interval([0.1, 0.11])})
+    other = row("rloo", [0.25, 0.26], {"heldout/pass_at_8": interval([0.1, 0.11])})
     base = row("grpo", [0.2, 0.21], {})
-    line = _summary([top, base], spec, family=2, confidence=0.95)
-    assert line.startswith("highest mean heldout pass@1: **dapo** 0.305")
-    assert line.endswith("; 1 of 2 paired comparisons significant after Holm")  # 0.01 only
-    assert _summary([base], spec, 0, 0.95).startswith("one row, **grpo**: heldout pass@1 0.205")
+    comps = [comp("dapo", 0.01, 0.05, 0.04), comp("rloo", -0.02, 0.03, 0.05)]
+    confirmatory = Verdict(spec, Analysis(comparisons=comps), detect=0.1)
+    assert confirmatory.confirmatory
+    line = _summary([top, other, base], spec, confirmatory)
+    assert line.startswith("highest mean heldout pass@1: **dapo** 0.305 ± ")
+    assert line.endswith("; 1 of 2 primary comparisons significant (seed-blocked, "
+                         "Dunnett-adjusted; MDE 0.050)")
+    assert "best" not in line
+    descriptive = Verdict(spec, Analysis(comparisons=comps), descriptive="no effect declared")
+    assert _summary([top, other, base], spec, descriptive).endswith("(2); descriptive only")
+    assert _summary([base], spec, confirmatory).startswith(
+        "one row, **grpo**: heldout pass@1 0.205")

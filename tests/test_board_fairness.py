@@ -1,7 +1,8 @@
 """Fair comparisons on a board (issue 20), from synthetic SQLite MLflow stores whose expected
 numbers are computed here by hand: the learning-rate selection on a validation split, matched
-step size (pre-clip gradient norm, clipped share), matched compute (the equal token budget),
-Holm's correction beside the uncorrected intervals, no "best" with one seed, and plot styles."""
+step size (pre-clip gradient norm, clipped share), matched compute (the equal token budget, read
+from measured evaluations only), the primary comparisons' family (the primary metric alone) beside
+the uncorrected secondary intervals, no "best" with one seed, and plot styles."""
 
 from __future__ import annotations
 
@@ -18,8 +19,8 @@ import pytest
 from mlflow.entities import Metric, Param
 from mlflow.tracking import MlflowClient
 from scipy import stats
-from statsmodels.stats.multitest import multipletests
 
+from harness.report.analysis import analyse
 from harness.report.board import build_leaderboards as _build
 from harness.report.mlflow_log import KIND_TAG, LEADERBOARD
 from harness.report.plots import ALGORITHM_ORDER, Curve, plot_curves, style
@@ -109,10 +110,13 @@ def test_step_size_table_shows_each_rows_selected_learning_rate(tuned):
     assert "| grpo | 0.0003 |" in step and "| lpo_fwd@sigma_g | 0.0001 |" in step
 
 
-# -- step size, compute budget, Holm, bolding ---------------------------------------------------
-# grpo generates 100 tokens a step, lope 200; evaluations at steps 0, 10, 20
+# -- step size, compute budget, primary family, bolding -----------------------------------------
+# evaluations at steps 0, 10, 20; grpo and dapo generate 100 tokens a step, so their last
+# evaluation is at 2,000 tokens (the budget); lope about twice as many: seeds 0 and 1 205 a step
+# (step 10 at 2,050 tokens, 2.5% past the budget), seed 2 212 (step 10 at 2,120: 6%, too far)
 EVAL = {"grpo": (0.10, 0.20, 0.30), "lope": (0.10, 0.30, 0.50), "dapo": (0.1, 0.5, 0.9)}
-PER_STEP = {"grpo": 100, "lope": 200, "dapo": 100}
+PER_STEP = {"grpo": 100, "lope": 205, "dapo": 100}
+PER_STEP_SEED = {("lope", 2): 212}
 GRAD = {"grpo": (0.5, 0.0), "lope": (5.0, 1.0), "dapo": (0.6, 0.0)}  # norm, clipped share
 
 
@@ -127,16 +131,17 @@ def fair(tmp_path_factory):
         for seed in seeds:
             rng = np.random.default_rng(10 * seed + {"grpo": 1, "lope": 2, "dapo": 3}[alg])
             ev = [v + rng.normal(0, 0.01) for v in EVAL[alg]]
-            # pass@8 barely differs between rows: its paired p-value is large, so Holm's
-            # step-down (max(2 p_min, p_max)) and Bonferroni's (2 p_max) adjustments differ
+            # pass@8 barely differs between rows: a secondary metric, outside the family
             ev8 = [0.5 + rng.normal(0, 0.02) for _ in EVAL[alg]]
             values[alg, seed] = ev, ev8
             metrics = [(f"eval/heldout/pass_at_{k}", s, v) for k, curve in ((1, ev), (8, ev8))
                        for s, v in zip((0, 10, 20), curve)]
+            # logged as before issue 31 (mean of the last two); the board reads the last one
             metrics += [("final/heldout/pass_at_1", 20, (ev[1] + ev[2]) / 2),
                         ("final/heldout/pass_at_8", 20, (ev8[1] + ev8[2]) / 2)]
+            per_step = PER_STEP_SEED.get((alg, seed), PER_STEP[alg])
             metrics += [(m, s, v) for s in range(1, 21) for m, v in (
-                ("rollout/tokens_total", PER_STEP[alg] * s), ("actor/grad_norm", GRAD[alg][0]),
+                ("rollout/tokens_total", per_step * s), ("actor/grad_norm", GRAD[alg][0]),
                 ("actor/grad_clipped_frac", GRAD[alg][1]))]
             _run(client, exp, alg=alg, seed=seed, start=n, metrics=metrics,
                  params={"algorithm.name": alg, "trainer.optim.lr": "0.0001",
@@ -168,40 +173,86 @@ def test_step_size_table_reports_grad_norm_and_clipped_share(fair):
     assert float(fair["rows"]["lope"]["grad_norm/final_mean"]) == pytest.approx(5.0)
 
 
-def test_equal_budget_reads_each_run_at_the_smallest_final_token_count(fair):
-    """Budget = 2,000 tokens (grpo's and dapo's at step 20); lope had generated them by step 10,
-    so it is read at its second evaluation, not its last."""
-    rows, values = fair["rows"], fair["values"]
-    assert "Budget: 2,000 tokens generated." in fair["md"]
-    lope = [values["lope", s][0][1] for s in SEEDS]
-    assert float(rows["lope"]["heldout/pass_at_1/at_budget_mean"]) == \
-        pytest.approx(np.mean(lope), abs=1e-6)
-    assert float(rows["lope"]["budget_step_mean"]) == pytest.approx(10.0)
+def _interpolated(curve, tokens, at):
+    """The value a straight line between the two evaluations around ``at`` tokens would give."""
+    return float(np.interp(at, tokens, curve))
+
+
+def test_equal_budget_reads_measured_evaluations_within_five_percent(fair):
+    """Budget = 2,000 tokens (no declared marks: the smallest token count of any run's last
+    evaluation, grpo's and dapo's at step 20). lope seeds 0 and 1 are read at their step-10
+    evaluation (2,050 tokens, 2.5% away) at exactly its value, not a value interpolated to 2,000
+    tokens; lope seed 2's nearest evaluation (2,120 tokens, 6%) is too far: it is left out."""
+    rows, values, md = fair["rows"], fair["values"], fair["md"]
+    assert ("Budget: 2,000 tokens generated (no declared mark: the smallest final evaluation's "
+            "tokens); 6 runs read within 2.5% of it; 1 run had no evaluation within 5% and is "
+            "left out of their rows (`n` counts the runs read).") in md
+    lope = rows["lope"]
+    measured = [values["lope", s][0][1] for s in (0, 1)]
+    assert lope["heldout/pass_at_1/at_budget_n"] == "2"
+    assert float(lope["heldout/pass_at_1/at_budget_mean"]) == pytest.approx(np.mean(measured),
+                                                                            abs=1e-6)
+    interpolated = [_interpolated(values["lope", s][0], [0, 10 * 205, 20 * 205], 2000)
+                    for s in (0, 1)]
+    assert abs(np.mean(interpolated) - np.mean(measured)) > 1e-3  # the rules differ here
+    assert float(lope["budget_step_mean"]) == pytest.approx(10.0)
+    assert float(lope["budget_tokens_mean"]) == pytest.approx(2050.0)
+    assert lope["budget_tokens_n"] == "2"
+    # pass@8 is read from the same evaluations, the same runs left out
+    assert lope["heldout/pass_at_8/at_budget_n"] == "2"
+    assert float(lope["heldout/pass_at_8/at_budget_mean"]) == pytest.approx(
+        np.mean([values["lope", s][1][1] for s in (0, 1)]), abs=1e-6)
     grpo = [values["grpo", s][0][2] for s in SEEDS]
     assert float(rows["grpo"]["heldout/pass_at_1/at_budget_mean"]) == \
         pytest.approx(np.mean(grpo), abs=1e-6)
-    assert "heldout-pass_at_1-tokens.png" in fair["md"]
+    assert float(rows["grpo"]["budget_tokens_mean"]) == pytest.approx(2000.0)
+    assert float(rows["grpo"]["budget_step_mean"]) == pytest.approx(20.0)
+    budget = _section(md, "Equal compute budget")
+    assert budget["lope"]["step"] == "10.0 ± 0.0 (2)"
+    assert budget["lope"]["tokens"] == "2,050 ± 0 (2)"
+    assert budget["lope"]["heldout pass@1"].strip("*").endswith(" (2)")
+    assert budget["dapo"]["tokens"] == "2,000 ± n/a (1)"
+    assert "heldout-pass_at_1-tokens.png" in md
 
 
-def test_holm_adjusts_the_pages_paired_comparisons(fair):
-    rows, values = fair["rows"], fair["values"]
-    ps = []
+def test_primary_family_is_the_primary_metrics_comparisons_alone(fair):
+    """The primary comparisons (one per row with a baseline, on heldout pass@1 of the last
+    evaluation) are adjusted together exactly as the seed-blocked analysis of those per-seed
+    values adjusts them; pass@8 and the other secondary metrics keep their uncorrected paired
+    p-values and are in no family."""
+    rows, values, md = fair["rows"], fair["values"], fair["md"]
+    last = {alg: {str(s): values[alg, s][0][2] for s in seeds}
+            for alg, seeds in (("grpo", SEEDS), ("lope", SEEDS), ("dapo", (0,)))}
+    # dapo shares one seed with grpo: nothing to test on, so the family is lope's comparison
+    expected = analyse(last, [("lope", "grpo")])
+    assert len(expected.comparisons) == 1
+    for comp in expected.comparisons:
+        row = rows[comp.row]
+        assert row["baseline"] == "grpo"
+        for c in ("estimate", "se", "t", "low", "high", "p_adjusted", "mde"):
+            assert float(row[f"primary_{c}"]) == pytest.approx(getattr(comp, c), rel=1e-5,
+                                                               abs=1e-9)
+    # the family is the primary comparisons alone: a larger one (here with dapo's one-seed
+    # comparison) has a larger critical value, hence a larger MDE
+    with_dapo = analyse(last, [("dapo", "grpo"), ("lope", "grpo")])
+    lope = next(c for c in with_dapo.comparisons if c.row == "lope")
+    assert float(rows["lope"]["primary_mde"]) < lope.mde / 1.05
+    assert rows["dapo"]["primary_estimate"] == ""
+    assert rows["grpo"]["primary_p_adjusted"] == ""
+    primary = _section(md, "Primary comparisons")
+    assert set(primary) == {"lope"}
+    # secondary: the uncorrected paired t-test, per metric, with no adjusted column
     for k, idx in ((1, 0), (8, 1)):
-        diffs = [np.mean(values["lope", s][idx][1:]) - np.mean(values["grpo", s][idx][1:])
-                 for s in SEEDS]
-        ps.append(stats.ttest_1samp(diffs, 0.0).pvalue)
+        diffs = [values["lope", s][idx][2] - values["grpo", s][idx][2] for s in SEEDS]
         assert float(rows["lope"][f"heldout/pass_at_{k}/vs_baseline_p"]) == \
-            pytest.approx(ps[-1], abs=1e-6)
-    adjusted = multipletests(ps, alpha=0.05, method="holm")[1]
-    assert 2 * ps[0] < ps[1] < 0.5 and adjusted[1] == pytest.approx(ps[1])  # Bonferroni: 2 p
-    for k, adj in zip((1, 8), adjusted):
-        assert float(rows["lope"][f"heldout/pass_at_{k}/vs_baseline_p_holm"]) == \
-            pytest.approx(adj, abs=1e-6)
-    # dapo has one seed: no interval, no p, not in the family
-    assert rows["dapo"]["heldout/pass_at_1/vs_baseline_p_holm"] == "nan"
-    assert "Paired comparisons: 2, corrected together by Holm's method" in fair["md"]
-    holm = fair["md"].split("Holm-adjusted p over the family of 2 comparisons", 1)[1]
-    assert f"{ps[0]:.3f} ({adjusted[0]:.3f})" in holm
+            pytest.approx(stats.ttest_1samp(diffs, 0.0).pvalue, abs=1e-6)
+    assert not any("holm" in key or ("pass_at_8" in key and "adjusted" in key)
+                   for key in rows["lope"])
+    # dapo has one seed: no paired interval, no p
+    assert rows["dapo"]["heldout/pass_at_1/vs_baseline_p"] == "nan"
+    assert "secondary metrics descriptive (no marks)" in md
+    secondary = md.split("## Paired differences vs baseline (secondary, descriptive)\n", 1)[1]
+    assert "†" not in secondary.split("\n## ", 1)[0] and "Holm" not in md
 
 
 def test_one_seed_is_never_bold(fair):

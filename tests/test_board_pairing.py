@@ -1,5 +1,5 @@
 """Leaderboard pairings from a config (the LPO paired-temperature protocol), the per-run
-``rlbench.baseline`` tag, variants and sampling temperatures as rows, and the bootstrap interval
+``rlbench.baseline`` tag, variants and sampling temperatures as rows, and the Student-t interval
 for ten seeds, on a synthetic SQLite MLflow store. Expected values are computed here by hand
 (numpy/scipy), not read back from the code under test."""
 
@@ -98,13 +98,23 @@ def _csv(out, sub="countdown-tiny/tiny"):
         return {r["row"]: r for r in csv.DictReader(f)}
 
 
-def _paired_cells(out):
+def _cells(out, section, key):
     md = (out / "countdown-tiny" / "tiny" / "leaderboard.md").read_text()
-    body = md.split("## Paired difference vs baseline\n", 1)[1].split("\n## ", 1)[0]
-    table = body[body.index("\n|"):].split("\n\n", 1)[0]  # the first table: the differences
+    body = md.split(f"## {section}\n", 1)[1].split("\n## ", 1)[0]
+    table = body[body.index("\n|"):].split("\n\n", 1)[0]  # the section's first table
     lines = [line for line in table.splitlines() if line.startswith("|")][2:]
     cells = [[c.strip() for c in line.strip("|").split("|")] for line in lines]
-    return {c[1]: c for c in cells}  # row -> [#, row, baseline, Δ heldout pass@1]
+    return {c[key]: c for c in cells}
+
+
+def _paired_cells(out):
+    """row -> [#, row, baseline, Δ heldout pass@1] of the secondary (descriptive) table."""
+    return _cells(out, "Paired differences vs baseline (secondary, descriptive)", 1)
+
+
+def _primary_cells(out):
+    """row -> [row, baseline, seeds, Δ, interval, adjusted p, MDE] of the primary table."""
+    return _cells(out, "Primary comparisons", 0)
 
 
 def _t(values):
@@ -135,6 +145,13 @@ def test_pairing_sources(board, row, baseline, via):
     r = _csv(board["out"])[row]
     assert (r["baseline"], r["baseline_via"]) == (baseline, via)
     assert _paired_cells(board["out"])[row][2] == (baseline or "—")
+    # the primary comparison of a row is against the same baseline; a row without one has none
+    primary = _primary_cells(board["out"])
+    if baseline:
+        assert primary[row][1] == baseline
+        assert r["primary_estimate"] != ""
+    else:
+        assert row not in primary and r["primary_estimate"] == ""
 
 
 def test_paired_difference_t_by_hand(board):
@@ -145,32 +162,38 @@ def test_paired_difference_t_by_hand(board):
     assert float(r["heldout/pass_at_1/vs_baseline_mean"]) == pytest.approx(mean, abs=1e-6)
     assert float(r["heldout/pass_at_1/vs_baseline_ci95"]) == pytest.approx(half, abs=1e-6)
     assert r["heldout/pass_at_1/vs_baseline_pairs"] == "3"
-    cell = _paired_cells(board["out"])["lpo_fwd@one"][3]
-    assert cell.startswith(f"{mean:+.3f} ± {half:.3f} (3)")
-    assert cell.endswith("†") == (abs(mean) > half)
+    # descriptive: the cell is the interval and nothing else, never a mark
+    assert _paired_cells(board["out"])["lpo_fwd@one"][3] == f"{mean:+.3f} ± {half:.3f} (3)"
+    # lpo_fwd@sigma_g's +0.05 excludes 0 by far, and is still unmarked in this table
+    r = _csv(board["out"])["lpo_fwd@sigma_g"]
+    assert r["heldout/pass_at_1/vs_baseline_excludes_zero"] == "1"
+    assert _paired_cells(board["out"])["lpo_fwd@sigma_g"][3] == (
+        f"{float(r['heldout/pass_at_1/vs_baseline_mean']):+.3f} ± "
+        f"{float(r['heldout/pass_at_1/vs_baseline_ci95']):.3f} (10)")
 
 
-def test_ten_seeds_use_the_bootstrap(board):
-    """With 10 seeds the cell is a percentile bootstrap interval: inside the data's range,
-    close to but not equal to the t-interval, printed as [low, high]; the paired difference
-    (+0.05 on every seed, up to a small perturbation) excludes 0 and is marked."""
+def test_ten_seeds_use_the_t_interval(board):
+    """With 10 seeds the cell is still the Student-t interval (issue 31: the percentile
+    bootstrap the board switched to from 10 seeds on undercovered), printed as mean ± half (n),
+    its p-value the t-test's; the paired difference (+0.05 on every seed, up to a small
+    perturbation) excludes 0."""
     f, r = board["finals"], _csv(board["out"])["lpo_fwd@sigma_g"]
     vals = [f["lpo_fwd", "sigma_g", "1.0", s] for s in TEN]
     mean, half = _t(vals)
     low, high = float(r["heldout/pass_at_1/final_low"]), float(r["heldout/pass_at_1/final_high"])
     assert float(r["heldout/pass_at_1/final_mean"]) == pytest.approx(mean, abs=1e-6)
-    assert min(vals) < low < mean < high < max(vals)
-    assert (low, high) != pytest.approx((mean - half, mean + half), abs=1e-6)
-    assert (high - low) / 2 == pytest.approx(half, rel=0.35)
+    assert (low, high) == pytest.approx((mean - half, mean + half), abs=1e-6)
     md = (board["out"] / "countdown-tiny" / "tiny" / "leaderboard.md").read_text()
-    assert f"{mean:.3f} [{low:.3f}, {high:.3f}] (10)" in md
+    assert f"{mean:.3f} ± {half:.3f} (10)" in md
     diffs = [v - f["grpo", "", "1.0", s] for s, v in zip(TEN, vals)]
-    assert float(r["heldout/pass_at_1/vs_baseline_mean"]) == pytest.approx(np.mean(diffs),
-                                                                           abs=1e-6)
-    assert float(r["heldout/pass_at_1/vs_baseline_low"]) > 0
+    d_mean, d_half = _t(diffs)
+    assert float(r["heldout/pass_at_1/vs_baseline_mean"]) == pytest.approx(d_mean, abs=1e-6)
+    assert float(r["heldout/pass_at_1/vs_baseline_low"]) == pytest.approx(d_mean - d_half,
+                                                                          abs=1e-6)
+    assert float(r["heldout/pass_at_1/vs_baseline_p"]) == pytest.approx(  # CSV: 6 decimals
+        stats.ttest_1samp(diffs, 0.0).pvalue, abs=1e-6)
     assert r["heldout/pass_at_1/vs_baseline_excludes_zero"] == "1"
-    # +0.05 on every seed also survives Holm's correction over the page's comparisons
-    assert _paired_cells(board["out"])["lpo_fwd@sigma_g"][3].endswith("] (10)†‡")
+    assert f"{d_mean:+.3f} ± {d_half:.3f} (10)" in md
     # deterministic: the same numbers on a rebuild
     again = build_leaderboards(board["uri"], "lpo", board["root"] / "again", config=board["cfg"],
                                log_to_mlflow=False)

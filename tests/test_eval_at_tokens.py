@@ -74,7 +74,8 @@ def test_per_problem_counts_and_standard_errors_are_logged(tmp_path, model_cache
     [run] = client.search_runs([client.get_experiment_by_name("rlbench").experiment_id])
     rid = client.get_run(run.info.run_id).info.run_id
     path = client.download_artifacts(rid, "evals/step_000004.jsonl", str(tmp_path))
-    rows = [json.loads(line) for line in open(path)]
+    with open(path) as f:
+        rows = [json.loads(line) for line in f]
     assert len(rows) == 12 and {r["n"] for r in rows} == {4}
     assert len({r["example_id"] for r in rows}) == 12
     metrics = client.get_run(rid).data.metrics
@@ -90,5 +91,5 @@ def test_per_problem_counts_and_standard_errors_are_logged(tmp_path, model_cache
 @pytest.mark.parametrize("marks", ["[100,50]", "[0]", "[-5]", "[100,100]"])
 def test_bad_token_marks_are_refused_by_name(tmp_path, model_cache, marks):
     cfg = make_config(tmp_path, model_cache, *RUN, f"trainer.eval_at_tokens={marks}")
-    with pytest.raises(ConfigError, match="trainer.eval_at_tokens"):
+    with pytest.raises(ConfigError, match=r"trainer\.eval_at_tokens"):
         validate_config(cfg)

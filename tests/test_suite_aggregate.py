@@ -1,8 +1,12 @@
-"""The suite's aggregate board (issue 21 item 3) on synthetic MLflow runs: the normalisation, IQM
-against scipy's trimmed mean, rliable's intervals and probability of improvement, the board files,
-and the refusal of duplicated cells (issue 20: never "latest run wins")."""
+"""The suite's aggregate board (issue 21 item 3, issue 31 item 6) on synthetic runs: the score
+(per-seed paired effect against GRPO in units of the task's pooled seed SD) and its failure modes,
+IQM against scipy's trimmed mean, rliable's intervals and probability of improvement, their
+reproducibility (issue 31: rliable ignores its random_state), the board files, and the refusal of
+duplicated cells (issue 20: never "latest run wins")."""
 
 from __future__ import annotations
+
+import math
 
 import numpy as np
 import pytest
@@ -11,7 +15,7 @@ from mlflow.entities import Metric, Param
 from mlflow.tracking import MlflowClient
 
 from harness.cli.main import main
-from harness.report.aggregate import aggregate, normalise
+from harness.report.aggregate import TaskScores, aggregate, performance_profile, render
 from harness.report.board import build_leaderboards
 from harness.report.config import BoardError
 
@@ -56,27 +60,127 @@ def _suite_store(root, *, arpo=True, duplicate=False):
     return uri
 
 
-def test_normalisation_is_gain_over_the_warm_start_relative_to_headroom():
-    assert normalise(0.8, 0.6) == pytest.approx(0.5)
-    assert normalise(0.6, 0.6) == 0.0
-    assert normalise(0.3, 0.6) == pytest.approx(-0.75)
-    with pytest.raises(BoardError, match="headroom"):
-        normalise(1.0, 1.0)
+def _tasks(offsets: dict[str, float], warm: tuple[float, ...] = (0.2, 0.5, 0.8),
+           seeds: int = 5, noise: float = 0.02, seed: int = 0) -> list[TaskScores]:
+    """Tasks whose rows are level + the algorithm's offset + per-run normal noise."""
+    rng = np.random.default_rng(seed)
+    return [TaskScores(f"t{j}", "heldout/pass_at_1", W, {
+        a: {str(s): 0.5 + off + rng.normal(0.0, noise) for s in range(seeds)}
+        for a, off in offsets.items()}) for j, W in enumerate(warm)]
+
+
+def test_score_is_the_paired_effect_in_units_of_the_pooled_seed_sd():
+    # grpo 0.5, 0.6, 0.7: mean 0.6, SS 0.02 (2 df); maxrl 0.6, 0.6, 0.9, 0.1: mean 0.55,
+    # SS 0.0025 + 0.0025 + 0.1225 + 0.2025 = 0.33 (3 df) -> sigma = sqrt(0.35 / 5) = 0.264575.
+    # Seed 3 has no grpo run: no pair.
+    t = TaskScores("t", "heldout/pass_at_1", 0.4, {
+        "grpo": {"0": 0.5, "1": 0.6, "2": 0.7}, "maxrl": {"0": 0.6, "1": 0.6, "2": 0.9,
+                                                          "3": 0.1}})
+    assert (t.sd, t.df) == (pytest.approx(0.264575, abs=1e-6), 5)
+    assert t.effects("maxrl") == pytest.approx({"0": 0.1 / 0.264575, "1": 0.0,
+                                                "2": 0.2 / 0.264575}, abs=1e-5)
+    assert t.effects("grpo") == {"0": 0.0, "1": 0.0, "2": 0.0}
+
+
+def test_warm_start_near_one_does_not_change_the_score():
+    """(x - W) / (1 - W) multiplied noise by 50 at W = 0.98; the score does not use W."""
+    near_one = _tasks({"grpo": 0.0, "maxrl": 0.01}, warm=(0.98, 0.5, 0.2))
+    far = _tasks({"grpo": 0.0, "maxrl": 0.01}, warm=(0.2, 0.5, 0.2))
+    assert near_one[0].effects("maxrl") == far[0].effects("maxrl")
+    a, b = aggregate(near_one, reps=200), aggregate(far, reps=200)
+    assert (a.iqm, a.mean, a.poi) == (b.iqm, b.mean, b.poi)
+    assert np.abs(a.matrices["maxrl"]).max() < 5  # a few seed-SDs, not 50x the noise
+
+
+def test_an_algorithm_worse_than_grpo_keeps_its_negative_score():
+    agg = aggregate(_tasks({"grpo": 0.0, "dapo": -0.05}), reps=300)
+    assert agg.algorithms == ["dapo"]
+    assert agg.iqm["dapo"][2] < 0 and agg.mean["dapo"][2] < 0  # whole interval below 0
+    assert (agg.matrices["dapo"] < 0).all()
+    assert agg.poi["dapo"][0] < 0.1 and agg.poi["dapo"][2] < 0.5
+
+
+def test_a_task_where_every_row_ends_below_its_warm_start_is_flagged():
+    tasks = _tasks({"grpo": 0.0, "maxrl": 0.05}, warm=(0.9, 0.54, 0.2))
+    # levels 0.5 (grpo) and 0.55 (maxrl): both below 0.9; maxrl above 0.54; both above 0.2
+    assert [t.regressed for t in tasks] == [True, False, False]
+    assert not TaskScores("t", "m", math.nan, tasks[0].finals).regressed  # W unknown
+    md, _ = render(aggregate(tasks, reps=50), [], 0.95, 50)
+    assert "| t0 | heldout/pass_at_1 |" in md and md.count("| ⚠ yes |") == 1
+    assert "⚠ On t0 every algorithm ends below the warm start" in md
+
+
+@pytest.mark.parametrize("finals", [
+    {"grpo": {"0": 0.3, "1": 0.3, "2": 0.3}, "maxrl": {"0": 0.4, "1": 0.4}},  # no spread
+    {"grpo": {"0": 0.3}, "maxrl": {"1": 0.4}},  # no row with two seeds
+])
+def test_a_task_without_seed_noise_is_refused_naming_it(finals):
+    with pytest.raises(BoardError, match=r"^countdown-tiny / tiny: .*seed noise"):
+        TaskScores("countdown-tiny / tiny", "heldout/pass_at_1", 0.2, finals)
+    finals["grpo"]["9"] = 0.31  # one row with spread is enough
+    assert TaskScores("countdown-tiny / tiny", "heldout/pass_at_1", 0.2, finals).sd > 0
+
+
+def test_grpo_is_the_reference_not_a_row():
+    agg = aggregate(_tasks({"grpo": 0.0, "maxrl": 0.03}), reps=50)
+    assert agg.algorithms == ["maxrl"] and "grpo" not in agg.iqm and "grpo" not in agg.matrices
+    md, table = render(agg, [], 0.95, 50)
+    assert "grpo is the reference: its score is 0 by construction" in md
+    assert [line.split(",")[0] for line in table.splitlines()[1:]] == ["maxrl"]
+    assert "| grpo |" not in md.split("## Per task: mean final")[0]
+
+
+def test_a_task_without_grpo_is_refused_naming_it():
+    tasks = _tasks({"grpo": 0.0, "maxrl": 0.03})
+    del tasks[1].finals["grpo"]
+    with pytest.raises(BoardError, match="no grpo runs: t1"):
+        aggregate(tasks, reps=50)
+
+
+def test_aggregate_is_reproducible_and_leaves_the_global_generator_alone():
+    tasks = _tasks({"grpo": 0.0, "maxrl": 0.02, "dapo": -0.01})
+    np.random.seed(12345)
+    before = np.random.get_state()
+    first = aggregate(tasks, reps=200, seed=3)
+    after = np.random.get_state()
+    assert before[0] == after[0] and (before[1] == after[1]).all() and before[2:] == after[2:]
+    np.random.seed(54321)  # whatever the caller's generator holds
+    again = aggregate(tasks, reps=200, seed=3)
+    assert (first.iqm, first.mean, first.poi) == (again.iqm, again.mean, again.poi)  # exact
+    other = aggregate(tasks, reps=200, seed=4)
+    assert other.iqm != first.iqm and other.poi != first.poi
+
+
+def test_performance_profile_is_seeded_and_leaves_the_global_generator_alone(tmp_path,
+                                                                            monkeypatch):
+    from rliable import library as rly
+
+    bands = []
+    real = rly.create_performance_profile
+
+    def record(*args, **kwargs):
+        out = real(*args, **kwargs)
+        bands.append(out[1])
+        return out
+
+    monkeypatch.setattr(rly, "create_performance_profile", record)
+    agg = aggregate(_tasks({"grpo": 0.0, "maxrl": 0.02}), reps=50)
+    for caller in (99, 100):  # whatever the caller's generator holds
+        np.random.seed(caller)
+        before = np.random.get_state()[1].copy()
+        performance_profile(agg, tmp_path / f"{caller}.png", reps=50, seed=1)
+        assert (np.random.get_state()[1] == before).all()
+    assert (bands[0]["maxrl"] == bands[1]["maxrl"]).all()
 
 
 def test_iqm_is_scipys_trimmed_mean_and_the_interval_contains_it():
-    from harness.report.aggregate import TaskScores
-
-    rng = np.random.default_rng(0)
-    x = rng.normal(0.4, 0.2, size=(10, 3))  # 10 runs x 3 tasks
-    tasks = [TaskScores(f"t{j}", "heldout/pass_at_1", 0.0,
-                        {"grpo": {str(i): x[i, j] for i in range(10)}}) for j in range(3)]
+    tasks = _tasks({"grpo": 0.0, "maxrl": 0.02}, seeds=10, noise=0.05)
+    x = np.array([[t.effects("maxrl")[str(s)] for t in tasks] for s in range(10)])
     agg = aggregate(tasks, reps=300)
-    point, low, high = agg.iqm["grpo"]
+    point, low, high = agg.iqm["maxrl"]
     assert point == pytest.approx(scipy.stats.trim_mean(x.ravel(), 0.25))
-    assert agg.mean["grpo"][0] == pytest.approx(x.mean())
+    assert agg.mean["maxrl"][0] == pytest.approx(x.mean())
     assert low < point < high
-    assert agg.poi == {}  # no algorithm beside grpo
 
 
 def test_suite_board_writes_the_aggregate_beside_per_task_boards(tmp_path):
@@ -92,13 +196,22 @@ def test_suite_board_writes_the_aggregate_beside_per_task_boards(tmp_path):
     assert "arpo (agentic_qa-tiny / tiny)" in md  # one task only: listed, not aggregated
     rows = {line.split(",")[0]: line.split(",") for line in
             (out / "aggregate" / "aggregate.csv").read_text().splitlines()[1:]}
-    assert set(rows) == {"grpo", "maxrl", "dapo"}
-    # gold: every task's normalised scores are gain + 0.02 seed (W is the mean start, exact)
-    gold = {a: np.array([[g + 0.02 * s for _ in TASKS] for s in SEEDS]) for a, g in GAIN.items()}
+    assert set(rows) == {"maxrl", "dapo"}  # grpo is the reference, score 0
+    # gold: on each task the rows are W + (gain + 0.02 seed)(1 - W) (arpo on agentic_qa: 0.9 on
+    # every seed, 4 df of zero spread); sigma pools the rows' sums of squares over their df
+    sigma = {}
+    for task, W in TASKS.items():
+        rows_x = [np.array([W + (g + 0.02 * s) * (1 - W) for s in SEEDS]) for g in GAIN.values()]
+        rows_x += [np.full(len(SEEDS), 0.9)] if task == "agentic_qa" else []
+        ss = sum(((x - x.mean()) ** 2).sum() for x in rows_x)
+        sigma[task] = np.sqrt(ss / sum(len(x) - 1 for x in rows_x))
+    gold = {a: np.array([[(g - GAIN["grpo"]) * (1 - W) / sigma[task]
+                          for task, W in TASKS.items()] for _ in SEEDS])
+            for a, g in GAIN.items() if a != "grpo"}
     for alg, m in gold.items():
         assert float(rows[alg][2]) == pytest.approx(scipy.stats.trim_mean(m.ravel(), 0.25),
-                                                    abs=1e-5)
-        assert float(rows[alg][5]) == pytest.approx(m.mean(), abs=1e-5)
+                                                    rel=1e-5)
+        assert float(rows[alg][5]) == pytest.approx(m.mean(), rel=1e-5)
     # maxrl beats grpo on every run pairing but seed overlaps: P(maxrl > grpo) = 1
     assert float(rows["maxrl"][8]) == pytest.approx(1.0)
     assert float(rows["dapo"][8]) == pytest.approx(0.0)

@@ -115,6 +115,18 @@ def _board(args: argparse.Namespace, rest: list[str]) -> None:
     guarded(cmd_board, args)
 
 
+def _power(args: argparse.Namespace, rest: list[str]) -> None:
+    from harness.cli.power import cmd_power
+
+    guarded(cmd_power, args)
+
+
+def _power_arguments(p: argparse.ArgumentParser) -> None:
+    from harness.cli.power import add_arguments
+
+    add_arguments(p)
+
+
 # -- ui, demo -----------------------------------------------------------------------------------
 def _ui_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--port", type=int, default=5000)
@@ -148,6 +160,8 @@ COMMANDS: list[Command] = [
             _list_arguments, _list),
     Command("pretrain", "warm-start and cache the tiny model", _pretrain_arguments, _pretrain),
     Command("board", "leaderboards from MLflow runs", _board_arguments, _board),
+    Command("power", "seeds needed to detect an effect, planned from a pilot's runs",
+            _power_arguments, _power),
     Command("ui", "MLflow UI on 127.0.0.1, opening on the runs", _ui_arguments, _ui),
 ]
 

@@ -7,8 +7,10 @@ what was logged.
 - :mod:`harness.report.board` - the build: query, rows, statistics, pages, MLflow run, export
 - :mod:`harness.report.collect` - runs into rows, one configuration each; duplicates; selection
 - :mod:`harness.report.config` - board configs (``conf/board/*.yaml``)
-- :mod:`harness.report.stats` - intervals over seeds, paired differences, Holm's correction
-- :mod:`harness.report.budget` - quality at the smallest common budget of tokens generated
+- :mod:`harness.report.stats` - Student-t intervals over seeds, paired differences
+- :mod:`harness.report.analysis` / :mod:`harness.report.verdict` - the declared plan: the
+  seed-blocked test of the primary comparisons, their power, descriptive-only boards
+- :mod:`harness.report.budget` - quality measured at a common budget of tokens generated
 - :mod:`harness.report.tables` / :mod:`harness.report.page` - markdown and CSV
 - :mod:`harness.report.plots` - curves, one colour per algorithm on every board
 - :mod:`harness.report.provenance` - checkout state, reproduce line, export of the runs

@@ -1,33 +1,69 @@
 """The suite's aggregate board: which algorithm is best across tasks, and how sure we are.
 
-Cross-task aggregates use ``rliable`` (Agarwal et al., "Deep RL at the Edge of the Statistical
-Precipice", NeurIPS 2021), the field's standard tool, not hand-written statistics:
+**Score.** On task ``t``, algorithm ``a``'s score on seed ``s`` is its paired
+effect against GRPO in units of the task's seed-to-seed noise::
 
-* **Per-task normalised score** of a run: ``(x - W) / (1 - W)``, where ``x`` is the run's final
-  value of the task's primary metric (the board's: the first eval set's pass@1) and ``W`` the
-  warm start's value of it, the mean of the step-0 evaluations (``start/<metric>``) of every run
-  of the task. Why this normalisation: every algorithm on a task starts from the same warm start,
-  so ``W`` is the natural zero (0 = no gain, negative = the algorithm lost what the warm start
-  had), and tasks differ in the room the warm start leaves (0.1 -> 0.2 on a hard task is not the
-  same achievement as 0.8 -> 0.9 on an easy one); dividing by the headroom ``1 - W`` makes 1 mean
-  "solved everything the warm start could not" on every task. Raw scores, or a fixed min-max range
-  borrowed from elsewhere, would let the easiest task dominate the aggregate. ``W`` is one number
-  per task (the mean over all of the task's runs), not per run, so a seed's noisy step-0 sample
-  does not move its own normalisation.
-* **IQM and mean** of the normalised scores over all runs x tasks, with **stratified-bootstrap**
-  confidence intervals (runs resampled within each task; ``rliable.library.
-  get_interval_estimates``).
-* **Probability of improvement** of each algorithm over GRPO, ``P(X > Y)`` averaged over tasks
-  (``rliable.metrics.probability_of_improvement``), with its stratified-bootstrap interval.
-* **Performance profiles**: the fraction of runs above each normalised score tau, with bands, as
-  a PNG (``rliable.library.create_performance_profile``, ``rliable.plot_utils``).
+    d(a, t, s) = (x(a, t, s) - x(grpo, t, s)) / sigma_t
+    sigma_t^2  = sum over the task's rows r and their seeds s of (x(r, t, s) - mean_r)^2
+                 / sum over rows of (n_r - 1)
 
-Only algorithms that ran on every task of the suite enter the aggregate (ARPO and AEPO run on the
-agentic task only: an aggregate over fewer tasks would not be comparable); they are listed with
-their tasks. Each algorithm contributes the seeds it ran on every task. Runs come from
-:func:`harness.report.collect.collect`, so a row is one configuration as on every board; and where
-a cell (algorithm x task x seed) has several FINISHED runs the aggregate refuses (exit 2, naming
-the runs) rather than pick one.
+``x`` is a run's final value of the task's primary metric (the board's: the first eval set's
+pass@1) and ``sigma_t`` the task's pooled within-row standard deviation over seeds (every
+algorithm's row on the task; rows with one seed add nothing), the root mean squared error of a
+one-way ANOVA of the final scores by row. It is the standardised mean difference of Cohen's d with
+the pooled SD of all the task's rows (Cohen, "Statistical Power Analysis for the Behavioral
+Sciences", 1988; Hedges & Olkin, "Statistical Methods for Meta-Analysis", 1985). Why:
+
+* **Each task's noise counts once.** A headroom score, ``(x - W) / (1 - W)`` with ``W`` the warm
+  start's value, divides by the headroom: at ``W = 0.98`` it multiplies noise by 50, and on the
+  committed suite the tasks' seed SDs of such scores for GRPO differ 26x (countdown 0.005,
+  agentic 0.131), so the noisiest task dominates the pooled mean and the IQM trims it. In units
+  of ``sigma_t``, one unit means "one seed-SD of this task" on every task, whatever its level or
+  headroom; ``W`` is not used.
+* **Paired per seed.** Runs of one seed share the data order and sampling state, so the per-seed
+  difference removes noise the seed puts into both (as the per-task boards' paired tables do).
+* **Pooled over the task's rows, not GRPO's seeds alone.** With 3-5 seeds GRPO's SD has 2-4
+  degrees of freedom and is often several-fold too small by chance (with 2, it is below 0.32x the
+  true SD one time in ten), which would blow a task up as the headroom did; k rows give k(n-1)
+  degrees of freedom. It is one number per task, the same for every algorithm, so it does not
+  reorder the algorithms on a task.
+* **GRPO is the reference** (score 0 by construction, reported as such, not as a row with an
+  interval), and a score below 0 (worse than GRPO on that seed) is kept as it is.
+
+Failure modes, and what this module does about them:
+
+* Pooling assumes the rows have similar seed noise. A row with a collapsing seed inflates
+  ``sigma_t`` and shrinks every effect on the task; rows without spread deflate it. The task table
+  prints ``sigma_t`` and its degrees of freedom, and the raw per-task means, to check by.
+* ``sigma_t = 0`` (every row gives one value on every seed) or no row with two seeds: there is no
+  noise to scale by, and dividing by 0 (or by a floor picked here) would let that task dominate;
+  :class:`TaskScores` refuses (:class:`BoardError` naming the task).
+* A task without GRPO runs has no reference: refused, naming the task.
+* The score ranks algorithms against GRPO, not against the warm start: on a task where every row
+  ends below the warm start it ranks how much each lost. ``W`` (the mean step-0 value
+  ``start/<metric>`` of the task's runs) is computed only to flag such a task on the page, and to
+  show it.
+
+**Aggregates** use ``rliable`` (Agarwal et al., "Deep RL at the Edge of the Statistical
+Precipice", NeurIPS 2021): the IQM and mean of ``d`` over seeds x tasks with stratified-bootstrap
+percentile intervals (seeds resampled within each task; ``rliable.library.get_interval_estimates``);
+the probability of improvement over GRPO, ``P(X > Y)`` (ties count half: the Mann-Whitney U
+statistic over the pairs of runs) averaged over tasks, on the raw final scores, since it is
+scale-free (``rliable.metrics.probability_of_improvement``); and performance profiles of ``d``.
+
+Only algorithms that ran on every task, on seeds GRPO also ran on every task, enter the aggregate
+(ARPO and AEPO run on the agentic task only: an aggregate over fewer tasks would not be
+comparable); the others are listed with their tasks. Runs come from
+:func:`harness.report.collect.collect`, so a row is one configuration as on every board; where a
+cell (algorithm x task x seed) has several FINISHED runs the aggregate refuses (exit 2, naming the
+runs) rather than pick one.
+
+**Reproducibility.** rliable 1.2.0's bootstraps draw their indices with ``np.random.choice``, the
+global generator, and ignore their ``random_state`` argument (``StratifiedBootstrap.
+update_indices``; arch's own generator is only used by the methods rliable overrides). Every
+rliable call here therefore runs inside :func:`_seeded`, which seeds the global generator and
+restores the caller's state afterwards: one seed gives the same numbers bit for bit, and the
+caller's random stream is left as it was.
 """
 
 from __future__ import annotations
@@ -35,6 +71,8 @@ from __future__ import annotations
 import csv
 import io
 import math
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -43,42 +81,70 @@ import numpy as np
 from harness.report.config import BoardConfig, BoardError
 from harness.report.tables import Row
 
+__all__ = ["BASELINE", "OUT_NAME", "Aggregate", "TaskScores", "aggregate", "performance_profile",
+           "render", "task_scores", "write_aggregate"]
+
 BASELINE = "grpo"
 OUT_NAME = "aggregate"
 
 
+def _seed_key(s: str) -> tuple[int, str]:
+    return len(s), s  # "2" before "10"
+
+
 @dataclass
 class TaskScores:
-    """The normalised scores of one task (one board group)."""
+    """The final scores of one task (one board group) and its noise scale ``sd`` (sigma_t),
+    computed on construction; refuses a task whose scale is 0 or cannot be estimated."""
 
     task: str  # "<task>-<variant> / <model>"
     metric: str  # the primary metric, e.g. heldout/pass_at_1
-    warm_start: float  # W
-    scores: dict[str, dict[str, float]] = field(default_factory=dict)  # algorithm -> seed -> s
+    warm_start: float  # W, for the regression flag and display only (nan: no start/ logged)
+    finals: dict[str, dict[str, float]] = field(default_factory=dict)  # alg -> seed -> x
+    sd: float = field(init=False)
+    df: int = field(init=False)
+
+    def __post_init__(self) -> None:
+        rows = [np.array(list(v.values()), dtype=float) for v in self.finals.values() if v]
+        self.df = sum(r.size - 1 for r in rows)
+        if self.df == 0:
+            raise BoardError(f"{self.task}: no row has two seeds, so the task's seed noise (the "
+                             "suite score's unit) cannot be estimated; run more seeds or leave "
+                             "the task out of the suite")
+        # all-equal rows are tested on the values: a sum of squares can round to 1e-33, not 0
+        if all(np.ptp(r) == 0 for r in rows):
+            raise BoardError(f"{self.task}: every row gives the same final {self.metric} on "
+                             "every seed, so the task's seed noise (the suite score's unit) is "
+                             "0; leave the task out of the suite or evaluate on more problems")
+        self.sd = math.sqrt(sum(float(((r - r.mean()) ** 2).sum()) for r in rows) / self.df)
+
+    @property
+    def regressed(self) -> bool:
+        """Every row's mean final score is below the warm start W (False when W is unknown)."""
+        means = [np.mean(list(v.values())) for v in self.finals.values() if v]
+        return not math.isnan(self.warm_start) and all(m < self.warm_start for m in means)
+
+    def effects(self, algorithm: str) -> dict[str, float]:
+        """``(x(algorithm, s) - x(grpo, s)) / sd`` over the seeds both ran."""
+        a, b = self.finals.get(algorithm, {}), self.finals.get(BASELINE, {})
+        return {s: (a[s] - b[s]) / self.sd for s in sorted(set(a) & set(b), key=_seed_key)}
 
 
 @dataclass
 class Aggregate:
     tasks: list[TaskScores]
-    algorithms: list[str]  # aggregated: ran on every task
-    partial: dict[str, list[str]]  # not aggregated: algorithm -> its tasks
-    seeds: dict[str, list[str]]  # algorithm -> the seeds it ran on every task
+    algorithms: list[str]  # scored: every task, seeds shared with GRPO (GRPO itself excluded)
+    partial: dict[str, list[str]]  # not scored: algorithm -> the tasks it ran on
+    seeds: dict[str, list[str]]  # algorithm -> its seeds paired with GRPO's on every task
     iqm: dict[str, tuple[float, float, float]]  # algorithm -> (point, low, high)
     mean: dict[str, tuple[float, float, float]]
-    poi: dict[str, tuple[float, float, float]]  # P(algorithm > GRPO)
-    matrices: dict[str, np.ndarray]  # algorithm -> (runs, tasks) normalised scores
-
-
-def normalise(x: float, warm_start: float) -> float:
-    """Gain over the warm start relative to its headroom: ``(x - W) / (1 - W)``."""
-    if not warm_start < 1.0:
-        raise BoardError(f"warm-start score {warm_start} leaves no headroom (1 - W <= 0)")
-    return (x - warm_start) / (1.0 - warm_start)
+    poi: dict[str, tuple[float, float, float]]  # P(algorithm > GRPO), raw final scores
+    matrices: dict[str, np.ndarray]  # algorithm -> (seeds, tasks) scores d
 
 
 def task_scores(title: str, rows: list[Row], duplicates: list, cfg: BoardConfig) -> TaskScores:
-    """Normalised final scores of one board group; refuses duplicated cells and an algorithm
-    with several rows (configurations) on the task."""
+    """Final scores of one board group; refuses duplicated cells and an algorithm with several
+    rows (configurations) on the task."""
     from harness.report.board import _primary, _specs
 
     if duplicates:
@@ -99,61 +165,78 @@ def task_scores(title: str, rows: list[Row], duplicates: list, cfg: BoardConfig)
         raise BoardError(f"{title}: no final/<set>/pass_at_<k> metric was logged")
     final, start = f"final/{prim.name}", f"start/{prim.name}"
     starts = [r.metrics[start] for row in rows for r in row.runs.values()
-              if start in r.metrics and not math.isnan(r.metrics[start])]
-    if not starts:
-        raise BoardError(f"{title}: no run logged {start} (the warm start's evaluation at "
-                         "step 0), so scores cannot be normalised")
-    W = float(np.mean(starts))
-    out = TaskScores(title, prim.name, W)
-    for row in rows:
-        out.scores[row.algorithm] = {s: normalise(r.metrics[final], W)
-                                     for s, r in row.runs.items() if final in r.metrics}
-    return out
+              if not math.isnan(r.metrics.get(start, math.nan))]
+    finals = {row.algorithm: {s: r.metrics[final] for s, r in row.runs.items()
+                              if not math.isnan(r.metrics.get(final, math.nan))} for row in rows}
+    return TaskScores(title, prim.name, float(np.mean(starts)) if starts else math.nan,
+                      {a: v for a, v in finals.items() if v})
+
+
+@contextmanager
+def _seeded(seed: int) -> Iterator[None]:
+    """numpy's global generator seeded with ``seed`` inside, the caller's state restored after
+    (rliable draws from it; see the module docstring)."""
+    state = np.random.get_state()
+    np.random.seed(seed)
+    try:
+        yield
+    finally:
+        np.random.set_state(state)
 
 
 def aggregate(tasks: list[TaskScores], reps: int = 2000, seed: int = 0,
               confidence: float = 0.95) -> Aggregate:
-    """rliable's IQM, mean and probability of improvement over GRPO, with stratified-bootstrap
-    intervals, over the algorithms that ran on every task."""
+    """rliable's IQM and mean of the scores and probability of improvement over GRPO, with
+    stratified-bootstrap intervals (``reps`` resamples, seeded with ``seed``), over the
+    algorithms that ran on every task on seeds GRPO ran too. Refuses a task without GRPO."""
     from rliable import library as rly
     from rliable import metrics
 
-    names = sorted({a for t in tasks for a in t.scores})
-    complete = [a for a in names if all(t.scores.get(a) for t in tasks)]
-    partial = {a: [t.task for t in tasks if t.scores.get(a)] for a in names if a not in complete}
+    missing = [t.task for t in tasks if not t.finals.get(BASELINE)]
+    if missing:
+        raise BoardError(f"the suite score is the paired effect against {BASELINE}, and these "
+                         f"tasks have no {BASELINE} runs: {'; '.join(missing)}")
+    names = sorted({a for t in tasks for a in t.finals} - {BASELINE})
+    partial = {a: [t.task for t in tasks if a in t.finals] for a in names}
     seeds: dict[str, list[str]] = {}
     matrices: dict[str, np.ndarray] = {}
-    for a in complete:
-        common = set.intersection(*(set(t.scores[a]) for t in tasks))
-        if not common:
-            partial[a] = [t.task for t in tasks]
+    pairs: dict[str, tuple[np.ndarray, np.ndarray]] = {}  # raw final scores, for P(X > Y)
+    for a in names:
+        if not tasks or len(partial[a]) < len(tasks):
             continue
-        seeds[a] = sorted(common, key=lambda s: (len(s), s))
-        matrices[a] = np.array([[t.scores[a][s] for t in tasks] for s in seeds[a]])
-    complete = [a for a in complete if a in matrices]
+        common = set.intersection(*(set(t.effects(a)) for t in tasks))
+        if not common:
+            continue
+        seeds[a] = sorted(common, key=_seed_key)
+        matrices[a] = np.array([[t.effects(a)[s] for t in tasks] for s in seeds[a]])
+        pairs[a] = tuple(np.array([[t.finals[b][s] for t in tasks] for s in seeds[a]])
+                         for b in (a, BASELINE))
+        del partial[a]
 
     def iqm_and_mean(x: np.ndarray) -> np.ndarray:
         return np.array([metrics.aggregate_iqm(x), metrics.aggregate_mean(x)])
 
-    point, ci = rly.get_interval_estimates(
-        matrices, iqm_and_mean, reps=reps, confidence_interval_size=confidence,
-        random_state=np.random.RandomState(seed)) if matrices else ({}, {})
-    iqm = {a: (float(point[a][0]), float(ci[a][0, 0]), float(ci[a][1, 0])) for a in matrices}
-    mean = {a: (float(point[a][1]), float(ci[a][0, 1]), float(ci[a][1, 1])) for a in matrices}
+    iqm: dict[str, tuple[float, float, float]] = {}
+    mean: dict[str, tuple[float, float, float]] = {}
     poi: dict[str, tuple[float, float, float]] = {}
-    if BASELINE in matrices:
-        pairs = {a: (matrices[a], matrices[BASELINE]) for a in matrices if a != BASELINE}
-        if pairs:
+    if matrices:
+        with _seeded(seed):
+            point, ci = rly.get_interval_estimates(matrices, iqm_and_mean, reps=reps,
+                                                   confidence_interval_size=confidence)
+        with _seeded(seed):
             p_point, p_ci = rly.get_interval_estimates(
-                pairs, metrics.probability_of_improvement, reps=reps,
-                confidence_interval_size=confidence, random_state=np.random.RandomState(seed))
-            poi = {a: (float(np.squeeze(p_point[a])), float(np.squeeze(p_ci[a])[0]),
-                       float(np.squeeze(p_ci[a])[1])) for a in pairs}
-    return Aggregate(tasks, complete, partial, seeds, iqm, mean, poi, matrices)
+                {a: list(p) for a, p in pairs.items()}, metrics.probability_of_improvement,
+                reps=reps, confidence_interval_size=confidence)
+        iqm = {a: (float(point[a][0]), float(ci[a][0, 0]), float(ci[a][1, 0])) for a in matrices}
+        mean = {a: (float(point[a][1]), float(ci[a][0, 1]), float(ci[a][1, 1]))
+                for a in matrices}
+        poi = {a: (float(np.squeeze(p_point[a])), float(np.squeeze(p_ci[a])[0]),
+                   float(np.squeeze(p_ci[a])[1])) for a in pairs}
+    return Aggregate(tasks, list(matrices), partial, seeds, iqm, mean, poi, matrices)
 
 
 def performance_profile(agg: Aggregate, path: Path, reps: int = 2000, seed: int = 0) -> Path:
-    """Fraction of runs with a normalised score above tau, per algorithm, with bands (PNG)."""
+    """Fraction of runs with a score above tau, per algorithm, with bands (PNG)."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -164,58 +247,94 @@ def performance_profile(agg: Aggregate, path: Path, reps: int = 2000, seed: int 
     from harness.report.plots import style
 
     values = np.concatenate([m.ravel() for m in agg.matrices.values()])
-    tau = np.linspace(min(float(values.min()), 0.0), max(float(values.max()), 1.0), 81)
-    np.random.seed(seed)  # rliable's profile bootstrap draws from numpy's global generator
-    profiles, cis = rly.create_performance_profile(agg.matrices, tau, reps=reps)
+    tau = np.linspace(min(float(values.min()), -1.0), max(float(values.max()), 1.0), 81)
+    with _seeded(seed):
+        profiles, cis = rly.create_performance_profile(agg.matrices, tau, reps=reps)
     fig, ax = plt.subplots(figsize=(8, 5))
     plot_utils.plot_performance_profiles(
         profiles, tau, performance_profile_cis=cis, ax=ax,
         colors={a: style(a).color for a in agg.matrices},
-        xlabel=r"normalised score $\tau$ = (x - W) / (1 - W)",
+        xlabel=rf"score $\tau$ = (x - x$_{{{BASELINE}}}$) / $\sigma_{{task}}$ (same seed)",
         ylabel=r"fraction of runs with score > $\tau$")
+    ax.axvline(0.0, color="grey", linewidth=0.8, linestyle=":")
     ax.legend([a for a in profiles], loc="upper right", fontsize=8)
-    ax.set_title(f"Performance profiles over {len(agg.tasks)} tasks")
+    ax.set_title(f"Performance profiles over {len(agg.tasks)} tasks ({BASELINE} = 0)")
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
     return path
 
 
-def _iv(t: tuple[float, float, float] | None) -> str:
-    return f"{t[0]:.3f} [{t[1]:.3f}, {t[2]:.3f}]" if t else "—"
+def _iv(t: tuple[float, float, float] | None, fmt: str = ".3f") -> str:
+    return f"{t[0]:{fmt}} [{t[1]:{fmt}}, {t[2]:{fmt}}]" if t else "—"
+
+
+def _per_task(agg: Aggregate, names: list[str],
+              value: Callable[[TaskScores, str], str]) -> list[str]:
+    lines = ["| algorithm | " + " | ".join(t.task for t in agg.tasks) + " |",
+             "| --- | " + " | ".join("---" for _ in agg.tasks) + " |"]
+    return lines + [f"| {a} | " + " | ".join(value(t, a) for t in agg.tasks) + " |"
+                    for a in names]
+
+
+def _effect_cell(t: TaskScores, a: str) -> str:
+    d = t.effects(a) if a in t.finals else {}
+    return f"{np.mean(list(d.values())):+.2f} (n={len(d)})" if d else "—"
+
+
+def _final_cell(t: TaskScores, a: str) -> str:
+    x = t.finals.get(a)
+    return f"{np.mean(list(x.values())):.3f} (n={len(x)})" if x else "—"
 
 
 def render(agg: Aggregate, head: list[str], confidence: float, reps: int) -> tuple[str, str]:
-    """(markdown, csv) of the aggregate board."""
+    """(markdown, csv) of the aggregate board; GRPO, the reference, is in neither table of
+    intervals (its score is 0 by construction)."""
     pct = f"{confidence:.0%}"
     order = sorted(agg.algorithms, key=lambda a: -agg.iqm[a][0])
+    flagged = [t.task for t in agg.tasks if t.regressed]
     lines = ["# Suite aggregate", "", *head,
-             f"- Normalised score per task: (x - W) / (1 - W), x = the run's final primary "
-             f"metric, W = the warm start's (mean step-0 evaluation of the task's runs); "
-             f"harness/report/aggregate.py says why. Intervals: {pct} stratified bootstrap "
-             f"(rliable, {reps} resamples).", "",
-             "| task | primary metric | W (warm start) |", "| --- | --- | --- |"]
-    lines += [f"| {t.task} | {t.metric} | {t.warm_start:.3f} |" for t in agg.tasks]
+             f"- Score of a run: its paired effect against {BASELINE} in units of the task's seed "
+             f"noise, d = (x - x_{BASELINE}) / σ: x = the run's final primary metric, x_{BASELINE} "
+             f"= {BASELINE}'s on the same seed, σ = the task's pooled within-row standard "
+             "deviation of x over seeds (all its rows). 0 = as good as "
+             f"{BASELINE}, +1 = one seed-SD better, below 0 = worse; the warm start's score is not "
+             "used. harness/report/aggregate.py says why and when it fails. Intervals: "
+             f"{pct} stratified bootstrap over seeds within tasks (rliable, {reps} resamples, "
+             "seeded).", "",
+             "| task | primary metric | σ (df) | W (warm start) | every row below W |",
+             "| --- | --- | --- | --- | --- |"]
+    lines += [f"| {t.task} | {t.metric} | {t.sd:.4f} ({t.df}) | "
+              f"{'—' if math.isnan(t.warm_start) else f'{t.warm_start:.3f}'} | "
+              f"{'⚠ yes' if t.regressed else 'no'} |" for t in agg.tasks]
+    if flagged:
+        lines += ["", f"⚠ On {'; '.join(flagged)} every algorithm ends below the warm start "
+                  "(W, the mean step-0 value of the task's runs): its scores rank how much each "
+                  f"lost against {BASELINE}, not what any gained."]
     lines += ["", f"## Across {len(agg.tasks)} tasks", "",
-              f"| algorithm | seeds | IQM [{pct}] | mean [{pct}] | P(> {BASELINE}) [{pct}] |",
-              "| --- | --- | --- | --- | --- |"]
-    lines += [f"| {a} | {len(agg.seeds[a])} | {_iv(agg.iqm[a])} | {_iv(agg.mean[a])} | "
-              f"{_iv(agg.poi.get(a))} |" for a in order]
-    if BASELINE not in agg.matrices:
-        lines += ["", f"No {BASELINE} runs on every task: no probability of improvement."]
-    lines += ["", "P(> grpo) is the probability that a run of the algorithm beats a run of GRPO "
-              "on a task, averaged over tasks; 0.5 = no difference.", "",
-              "## Per task (mean normalised score over seeds)", "",
-              "| algorithm | " + " | ".join(t.task for t in agg.tasks) + " |",
-              "| --- | " + " | ".join("---" for _ in agg.tasks) + " |"]
-    names = sorted({a for t in agg.tasks for a in t.scores})
-    for a in names:
-        cells = [f"{np.mean(list(t.scores[a].values())):.3f} (n={len(t.scores[a])})"
-                 if t.scores.get(a) else "—" for t in agg.tasks]
-        lines.append(f"| {a} | " + " | ".join(cells) + " |")
+              f"{BASELINE} is the reference: its score is 0 by construction, so it has no row "
+              "here.", ""]
+    if order:
+        lines += [f"| algorithm | seeds | IQM [{pct}] | mean [{pct}] | P(> {BASELINE}) "
+                  f"[{pct}] |", "| --- | --- | --- | --- | --- |"]
+        lines += [f"| {a} | {len(agg.seeds[a])} | {_iv(agg.iqm[a], '+.2f')} | "
+                  f"{_iv(agg.mean[a], '+.2f')} | {_iv(agg.poi.get(a))} |" for a in order]
+        lines += ["", f"IQM and mean are over seeds x tasks of d; seeds: those the algorithm "
+                  f"shares with {BASELINE} on every task. P(> {BASELINE}) is the probability that "
+                  f"a run of the algorithm beats a run of {BASELINE} on a task (raw final scores, "
+                  "ties count half), averaged over tasks; 0.5 = no difference."]
+    else:
+        lines += [f"No algorithm besides {BASELINE} ran on every task with {BASELINE}'s seeds: "
+                  "nothing to compare."]
+    names = sorted({a for t in agg.tasks for a in t.finals})
+    lines += ["", f"## Per task: mean d over seeds (n = pairs with {BASELINE})", "",
+              *_per_task(agg, [a for a in names if a != BASELINE], _effect_cell),
+              "", "## Per task: mean final primary metric over seeds", "",
+              *_per_task(agg, names, _final_cell)]
     if agg.partial:
-        lines += ["", "Not in the aggregate (did not run on every task): " + "; ".join(
-            f"{a} ({', '.join(ts)})" for a, ts in sorted(agg.partial.items())) + "."]
+        lines += ["", f"Not in the aggregate (not on every task, or no seed shared with "
+                  f"{BASELINE} on every task): " + "; ".join(
+                      f"{a} ({', '.join(ts)})" for a, ts in sorted(agg.partial.items())) + "."]
     if agg.matrices:
         lines += ["", "![performance profiles](performance_profile.png)"]
     buf = io.StringIO()
@@ -231,6 +350,8 @@ def render(agg: Aggregate, head: list[str], confidence: float, reps: int) -> tup
 
 def write_aggregate(agg: Aggregate, out: Path, head: list[str], confidence: float,
                     reps: int) -> list[Path]:
+    """``<out>/aggregate/``: aggregate.md, aggregate.csv and, when any algorithm is scored,
+    performance_profile.png."""
     d = out / OUT_NAME
     d.mkdir(parents=True, exist_ok=True)
     md, table = render(agg, head, confidence, reps)

@@ -11,8 +11,8 @@ writes one directory per group with
 
 - ``leaderboard.md``/``.csv``: per row and eval set pass@1, pass@k for every logged k, mean@n
   and maj@k, as mean with a 95% interval over seeds (:mod:`harness.report.stats`); paired
-  differences against the row's baseline on shared seeds, each marked † when its interval
-  excludes 0 and ‡ when it survives Holm's correction over the page's family; change since step
+  differences against the row's baseline on shared seeds (descriptive); the declared plan's
+  primary comparisons, tested together (:mod:`harness.report.verdict`); change since step
   0; step size (learning rate, pre-clip gradient norm, share of clipped steps); cost (tokens
   generated and trained, wall time, memory); quality at the smallest common token budget; with
   a selection (``select`` in the board config, e.g. the learning rate on a validation split)
@@ -49,26 +49,20 @@ from pathlib import Path
 from mlflow.entities import ViewType
 from mlflow.tracking import MlflowClient
 
-from harness.report.budget import TOKENS, History, fill_budget
+from harness.report.budget import History, fill_budget
 from harness.report.collect import Group, collect, distinguishing_keys
 from harness.report.config import REPO, BoardConfig, BoardError, load_config
 from harness.report.mlflow_log import log_leaderboard
 from harness.report.page import Page, commits_line, render_markdown
-from harness.report.plots import plot_curves, seed_curves, style
+from harness.report.plots import write_plots
 from harness.report.provenance import clean_checkout, display_tracking_uri, export_runs, reproduce
-from harness.report.stats import holm, interval, paired_interval
+from harness.report.stats import interval, paired_interval
 from harness.report.tables import COSTS, DYNAMICS, Row, Spec, cell, late_means, render_csv, table
+from harness.report.verdict import Verdict, judge, plan_lines
 
 __all__ = ["BoardConfig", "build_leaderboards", "display_tracking_uri", "load_config"]
 
 _SPEC_RE = re.compile(r"^final/(.+)/(pass|mean|maj)_at_(\d+)$")
-_ROLLOUT_PLOTS = (  # file, metric, title, y label
-    ("reward.png", "rollout/reward_mean", "training reward", "mean reward"),
-    ("entropy.png", "rollout/entropy", "rollout entropy", "mean token entropy"),
-    ("response_len.png", "rollout/response_len_mean", "response length",
-     "mean response length (tokens)"),
-    ("grad_norm.png", "actor/grad_norm", "pre-clip gradient norm", "gradient norm"),
-)
 EXPORT = "runs.jsonl.gz"
 
 
@@ -82,10 +76,13 @@ def _specs(rows: list[Row], cfg: BoardConfig) -> list[Spec]:
     return sorted(found, key=Spec.sort_key)
 
 
-def _primary(specs: list[Spec]) -> Spec | None:
-    """The first eval set (by name) at pass@1, else its smallest pass@k, else its first metric."""
+def _primary(specs: list[Spec], declared: str | None = None) -> Spec | None:
+    """The plan's declared metric when logged; else the first eval set (by name) at pass@1,
+    else its smallest pass@k, else its first metric."""
     if not specs:
         return None
+    if declared is not None:
+        return next((s for s in specs if s.name == declared), None)
     first = [s for s in specs if s.eval_set == specs[0].eval_set]
     return min(first, key=lambda s: (s.kind != "pass", s.k != 1, s.k))
 
@@ -120,9 +117,10 @@ def _pair(rows: list[Row], cfg: BoardConfig, default: str) -> None:
             row.baseline_note = f"{name} ambiguous"
 
 
-def _fill(rows: list[Row], specs: list[Spec], cfg: BoardConfig) -> int:
-    """Intervals of every row; Holm's adjustment over the page's paired comparisons. Returns
-    the size of that family."""
+def _fill(rows: list[Row], specs: list[Spec], cfg: BoardConfig) -> None:
+    """Intervals of every row: final values, change since step 0, paired differences against
+    the baseline (descriptive: the confirmatory test is harness/report/verdict.py's), dynamics
+    and costs."""
     opts = cfg.interval_options
     by_key = {r.key: r for r in rows}
     for row in rows:
@@ -141,11 +139,6 @@ def _fill(rows: list[Row], specs: list[Spec], cfg: BoardConfig) -> int:
                 row.vs[d.key] = paired_interval(late, _per_seed(base, f"final/{d.key}"), *opts)
         for c in COSTS:
             row.cost[c.key] = interval(_per_seed(row, f"final/{c.key}").values(), *opts)
-    family = [(row, name) for row in rows for name, iv in row.vs.items()
-              if iv.n >= 2 and not math.isnan(iv.p)]
-    for (row, name), p in zip(family, holm([row.vs[n].p for row, n in family], cfg.confidence)):
-        row.holm[name] = p
-    return len(family)
 
 
 def _rank(rows: list[Row], prim: Spec | None) -> list[Row]:
@@ -165,36 +158,7 @@ def _styles(rows: list[Row]) -> None:
 
 # ---------------------------------------------------------------------------------- pages
 
-def _plots(history: History, d: Path, title: str, rows: list[Row], specs: list[Spec],
-           cfg: BoardConfig) -> list[tuple[str, str]]:
-    """Write the group's PNGs (only curves something was logged for); (file, alt text)."""
-    pct = f"{round(cfg.confidence * 100)}%"
-    band = f"band = {pct} interval over seeds, as in the tables"
-    items = []
-    for s in specs:
-        if s.kind == "pass":
-            base = f"{_safe(s.eval_set)}-pass_at_{s.k}"
-            items += [(f"{base}.png", f"eval/{s.name}", s.title, f"{s.title}\n({band})", 1,
-                       None), (f"{base}-tokens.png", f"eval/{s.name}", s.title,
-                               f"{s.title}\n({band})", 1, TOKENS)]
-    items += [(f, m, t, f"{y}\n({cfg.smooth}-pt moving avg; {band})", cfg.smooth, None)
-              for f, m, t, y in _ROLLOUT_PLOTS]
-    opts = dict(zip(("confidence", "bootstrap_min_n", "resamples", "seed"),
-                    cfg.interval_options))
-    written = []
-    for name, metric, what, ylabel, w, x_metric in items:
-        curves = seed_curves(((r.key, style(r.algorithm, r.style_index), r.store_ids)
-                              for r in rows), history.of(metric),
-                             history.of(x_metric) if x_metric else None)
-        if curves:
-            evals = metric.startswith("eval/")
-            plot_curves(d / name, curves, f"{title}: {what}", ylabel, smooth=w, markers=evals,
-                        xlabel="tokens generated" if x_metric else "training step", **opts)
-            written.append((name, f"{what} vs {'tokens generated' if x_metric else 'step'}"))
-    for stale in sorted(d.glob("*.png")):  # curves of an earlier build that no longer exist
-        if stale.name not in {n for n, _ in written}:
-            stale.unlink()
-    return written
+_plots = write_plots  # the group's PNGs: harness/report/plots.py
 
 
 def _safe(name: str) -> str:
@@ -331,10 +295,16 @@ def _write_group(client: MlflowClient, history: History, d: Path, title: str, gr
                  ) -> tuple[list[Path], str]:
     rows = group.rows
     specs = _specs(rows, cfg)
-    prim = _primary(specs)
+    prim = _primary(specs, cfg.plan.primary)
+    if prim is None and cfg.plan.primary is not None:
+        raise BoardError(f"{title}: the plan's primary metric {cfg.plan.primary!r} "
+                         f"({cfg.source}) was not logged; logged: "
+                         f"{', '.join(s.name for s in specs) or 'none'}")
     _pair(rows, cfg, default)
     late_means(history, rows, cfg.final_window)
-    family = _fill(rows, specs, cfg)
+    _fill(rows, specs, cfg)
+    verdict = judge(rows, prim, cfg, edges=group.edges,
+                    selected_on_reported=cfg.select is not None and not cfg.select.seeds)
     budget = fill_budget(history, rows, specs, cfg.interval_options)
     rows = group.rows = _rank(rows, prim)
     _styles(rows)
@@ -349,20 +319,32 @@ def _write_group(client: MlflowClient, history: History, d: Path, title: str, gr
                  + (f" at the selected values; the selection read all {n_grid} runs of the "
                     "grid (Selection)" if n_grid else "")
                  + ("; runs in other statuses excluded[^excluded]." if excl else "."),
-                 f"- Primary metric: {prim.title} (final)." if prim else
-                 "- No `final/<set>/pass_at_<k>` metrics were logged."]
+                 f"- Primary metric: {prim.title} (last evaluation)." if prim else
+                 "- No `final/<set>/pass_at_<k>` metrics were logged.",
+                 *plan_lines(verdict, cfg)]
+    if group.unreported:
+        page_head.append("- Tuned, not yet run on the reported seeds: "
+                         + ", ".join(group.unreported) + ".")
     selection = []
     if cfg.select:
-        metric = f"final/{cfg.select.metric}"
+        metric, tuning = f"final/{cfg.select.metric}", set(cfg.select.seeds)
         for row in rows:
             grid = group.candidates[row.label, row.temperature]
-            selection.append((row.key, [(c.select, interval(_per_seed(c, metric).values(),
-                                                             *cfg.interval_options))
-                                        for c in grid], row.select))
+            selection.append((row.key, [(c.select, interval(
+                [v for s, v in _per_seed(c, metric).items() if not tuning or s in tuning],
+                *cfg.interval_options)) for c in grid], row.select))
     page = Page(title, page_head, rows, specs, _plots(history, d, title, rows, specs, cfg),
                 outside, within, selection, budget, group.duplicates, dict(group.excluded),
-                family)
+                verdict)
     records = table(rows, specs, cfg.confidence)
+    comps = {c.row: c for c in verdict.analysis.comparisons}
+    for rec in records:  # the confirmatory comparison beside the descriptive columns
+        c = comps.get(rec["row"])
+        rec |= {"primary_identical_to": verdict.identical.get(rec["row"], ""),
+                **{f"primary_{k}": "" if c is None else f"{getattr(c, k):.6g}"
+                   for k in ("estimate", "se", "t", "low", "high", "p_adjusted", "mde")},
+                "primary_significant": "" if c is None else
+                str(int(verdict.confirmatory and c.significant))}
     (d / "leaderboard.md").write_text(render_markdown(page, cfg, default))
     (d / "leaderboard.csv").write_text(render_csv(records))
     files = [d / "leaderboard.md", d / "leaderboard.csv", *(d / n for n, _ in page.plots)]
@@ -373,20 +355,22 @@ def _write_group(client: MlflowClient, history: History, d: Path, title: str, gr
                 for r in c.runs.values()]
         files.append(export_runs(client, ids, d / EXPORT))
     group.page, group.records = page, records  # for the MLflow leaderboard run
-    return files, _summary(rows, prim, family, cfg.confidence)
+    return files, _summary(rows, prim, verdict)
 
 
-def _summary(rows: list[Row], prim: Spec | None, family: int, confidence: float) -> str:
+def _summary(rows: list[Row], prim: Spec | None, verdict: Verdict) -> str:
     """The index line of a page: the top row by mean, never called "best" (a higher mean is
-    not a difference), with how many of the page's paired comparisons survive Holm."""
+    not a difference), with the plan's verdict."""
     if prim is None:
         return "no final pass@k metrics"
     top = rows[0]
     if len(rows) == 1:
         return f"one row, **{top.key}**: {prim.title} {cell(top.final[prim.name])}"
-    kept = sum(row.survives_holm(name, confidence) for row in rows for name in row.holm)
-    return (f"highest mean {prim.title}: **{top.key}** {cell(top.final[prim.name])}; "
-            f"{kept} of {family} paired comparisons significant after Holm")
+    comps = verdict.analysis.comparisons
+    tail = (f"{sum(c.significant for c in comps)} of {len(comps)} primary comparisons "
+            f"significant (seed-blocked, Dunnett-adjusted; MDE {verdict.analysis.mde:.3f})"
+            if verdict.confirmatory else "descriptive only")
+    return f"highest mean {prim.title}: **{top.key}** {cell(top.final[prim.name])}; {tail}"
 
 
 def _log(client: MlflowClient, exp_id: str, group: Group, key: tuple[str, str, str],
@@ -399,7 +383,7 @@ def _log(client: MlflowClient, exp_id: str, group: Group, key: tuple[str, str, s
                       *quality_table(page.rows, page.specs), "",
                       "Artifacts: leaderboard.md, leaderboard.csv, leaderboard_table.json, "
                       "runs.json, PNG curves."])
-    prim = _primary(page.specs)
+    prim = _primary(page.specs, cfg.plan.primary)
     grids = {f"{row}": ",".join(f"{v}:{iv.mean:.6g}" for v, iv in grid) + f"|{chosen}"
              for row, grid, chosen in page.selection}
     log_leaderboard(

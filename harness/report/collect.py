@@ -15,8 +15,9 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from collections import Counter, defaultdict
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from mlflow.entities import Run as MlflowRun
@@ -60,6 +61,9 @@ class Group:
     duplicates: list[tuple[Row, str, list[Run]]] = field(default_factory=list)  # row, seed, runs
     candidates: dict[tuple[str, str], list[Row]] = field(default_factory=dict)  # grids
     excluded: Counter[str] = field(default_factory=Counter)  # status -> count
+    edges: dict[str, str] = field(default_factory=dict)  # row key -> "lowest"/"highest" choice
+    unreported: list[str] = field(default_factory=list)  # tuned rows without reported seeds
+    choices: dict[str, Row] = field(default_factory=dict)  # label@T -> the chosen grid row
     page: Any = None  # the page written for it (harness.report.page.Page)
     records: list[dict[str, str]] = field(default_factory=list)  # its CSV rows
 
@@ -103,6 +107,21 @@ def field_value(run: MlflowRun, key: str) -> str:
     return (run.data.tags if kind == "tags" else run.data.params).get(name, "")
 
 
+_FINAL = re.compile(r"^final/(.+/(?:pass|mean|maj)_at_\d+(?:_stderr|_sampling_se)?)$")
+
+
+def last_evaluation(metrics: dict[str, float]) -> dict[str, float]:
+    """``metrics`` with each quality ``final/<set>/<metric>`` replaced by the run's last
+    evaluation of it (``eval/<set>/<metric>`` at its highest step: MLflow's latest value). The
+    primary result is the model training ended with, also for runs whose logged ``final/*``
+    is the mean of their last two evaluations (half of it a half-trained model)."""
+    out = dict(metrics)
+    for key in metrics:
+        if (m := _FINAL.match(key)) and f"eval/{m.group(1)}" in metrics:
+            out[key] = metrics[f"eval/{m.group(1)}"]
+    return out
+
+
 def _to_run(r: MlflowRun, cfg: BoardConfig) -> Run:
     t = r.data.tags
     variant = ",".join(v for key in cfg.variant if (v := field_value(r, key)))
@@ -111,7 +130,7 @@ def _to_run(r: MlflowRun, cfg: BoardConfig) -> Run:
         "params.") else set()
     return Run(r.info.run_id, t.get("rlbench.algorithm", "unknown"), variant,
                t.get("rlbench.seed", "?"), t.get("rlbench.temperature", ""),
-               t.get("rlbench.baseline", ""), dict(r.data.metrics),
+               t.get("rlbench.baseline", ""), last_evaluation(dict(r.data.metrics)),
                config={k: v for k, v in identity(dict(r.data.params)).items() if k not in drop},
                origin_id=t.get(EXPORTED_ID_TAG, r.info.run_id), sweep=t.get("rlbench.sweep", ""),
                commit=t.get("rlbench.git_commit", ""), select=select,
@@ -187,9 +206,13 @@ def distinguishing_keys(rows: list[Row]) -> tuple[list[str], list[str]]:
 
 def _select(where: str, group: Group, cfg: BoardConfig) -> None:
     """Keep, for each label and temperature, the row whose value of ``select.key`` has the best
-    mean ``final/<select.metric>``; the grid stays in ``group.candidates``."""
+    mean ``final/<select.metric>`` over the tuning seeds (``select.seeds``; none declared: every
+    seed); the grid stays in ``group.candidates``. With tuning seeds the kept row holds only the
+    other (reported) seeds' runs, and a choice at either end of a grid of three or more values
+    is named in ``group.edges`` (the optimum may lie outside the grid)."""
     sel = cfg.select
     assert sel is not None
+    tuning = set(sel.seeds)
     grids: dict[tuple[str, str], list[Row]] = defaultdict(list)
     for row in group.rows:
         grids[row.label, row.temperature].append(row)
@@ -198,20 +221,32 @@ def _select(where: str, group: Group, cfg: BoardConfig) -> None:
         grid.sort(key=lambda r: _sortable(r.select))
 
         def score(row: Row) -> float:
-            vals = [r.metrics[f"final/{sel.metric}"] for r in row.runs.values()
-                    if f"final/{sel.metric}" in r.metrics]
+            vals = [r.metrics[f"final/{sel.metric}"] for s, r in row.runs.items()
+                    if f"final/{sel.metric}" in r.metrics and (not tuning or s in tuning)]
             return sum(vals) / len(vals) if vals else math.nan
 
         scored = [(score(r), i, r) for i, r in enumerate(grid) if not math.isnan(score(r))]
         if not scored:
-            raise BoardError(f"{where}: no run of row {label!r} logged final/{sel.metric}, the "
-                             f"selection metric of the board config (select.metric)")
+            raise BoardError(f"{where}: no run of row {label!r} logged final/{sel.metric}"
+                             + (f" on the tuning seeds {', '.join(sel.seeds)}" if tuning else "")
+                             + ", the selection metric of the board config (select.metric)")
         best = max(scored, key=lambda t: (t[0] if sel.higher else -t[0], -t[1]))[2]
-        kept.append(best)
         group.candidates[label, _temp] = grid
+        group.choices[f"{label}@T={_temp}"] = best
+        if len(grid) >= 3 and best in (grid[0], grid[-1]):
+            group.edges[best.key] = "lowest" if best is grid[0] else "highest"
+        if tuning:
+            best = replace(best, runs={s: r for s, r in best.runs.items() if s not in tuning})
+            if not best.runs:
+                group.unreported.append(f"{label} (chose {best.select})")
+                continue
+        kept.append(best)
     labels = Counter(r.label for r in kept)
     for row in kept:  # keys as without a selection: the temperature only where it is needed
+        old = row.key
         row.key = row.label if labels[row.label] == 1 else f"{row.label} T={row.temperature}"
+        if old in group.edges:
+            group.edges[row.key] = group.edges.pop(old)
     group.rows = kept
 
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from harness.components import ConfigError
 
-__all__ = ["BoardConfig", "BoardError", "Selection", "load_config"]
+__all__ = ["BoardConfig", "BoardError", "Plan", "Selection", "load_config"]
 
 REPO = Path(__file__).resolve().parents[2]
 DEFAULT_CONFIG = REPO / "conf" / "board" / "default.yaml"
@@ -28,10 +28,27 @@ class Selection:
     key: str
     metric: str
     higher: bool = True
+    # tuning seeds: the choice reads these seeds' runs alone and the board reports the others
+    # (empty: the reported seeds choose too, and the board says so)
+    seeds: tuple[str, ...] = ()
 
     @property
     def eval_set(self) -> str:
         return self.metric.split("/", 1)[0]
+
+
+@dataclass(frozen=True)
+class Plan:
+    """The analysis a board declares before it is read (harness/report/analysis.py): the
+    primary metric (``<eval set>/pass_at_<k>`` of the last evaluation; None: the first eval
+    set's pass@1), the family's level ``alpha``, the ``power`` its MDE is computed for, and per
+    named sweep the effect it is ``detect``-powered for (a board whose MDE is above it, or whose
+    sweep declares none, is descriptive only)."""
+
+    primary: str | None = None
+    alpha: float = 0.05
+    power: float = 0.8
+    detect: dict[str, float] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -42,19 +59,18 @@ class BoardConfig:
     pairs: dict[str, str] = field(default_factory=dict)
     variant: tuple[str, ...] = ("tags.rlbench.variant",)
     select: Selection | None = None
+    plan: Plan = field(default_factory=Plan)
     limits: dict[str, str] = field(default_factory=dict)  # sweep -> what its recipe cannot show
     confidence: float = 0.95
-    bootstrap_min_n: int = 10
-    bootstrap_resamples: int = 10_000
-    bootstrap_seed: int = 0
     smooth: int = 5
     final_window: int = 10
     source: str = "(built-in defaults)"
 
     @property
-    def interval_options(self) -> tuple[float, int, int, int]:
-        return (self.confidence, self.bootstrap_min_n, self.bootstrap_resamples,
-                self.bootstrap_seed)
+    def interval_options(self) -> tuple[float]:
+        """The arguments after the values of :func:`harness.report.stats.interval` (Student-t
+        at every n, so the confidence level alone)."""
+        return (self.confidence,)
 
 
 def _run_field(value: object, where: str) -> str:
@@ -99,21 +115,41 @@ def load_config(path: str | Path | None = None, variant: tuple[str, ...] = ()) -
     fields_ += tuple(_run_field(v, "--variant") for v in variant if v not in fields_)
     select = raw.pop("select", None)
     if select is not None:
-        if not isinstance(select, dict) or set(select) - {"key", "metric", "higher"} or \
-                not {"key", "metric"} <= set(select):
+        if not isinstance(select, dict) or set(select) - {"key", "metric", "higher", "seeds"} \
+                or not {"key", "metric"} <= set(select):
             raise BoardError(f"board config {p.name}: select needs key (a run field, e.g. "
                              "params.trainer.optim.lr) and metric (e.g. validation/pass_at_1), "
-                             "optionally higher: true|false")
+                             "optionally higher: true|false and seeds: [tuning seeds]")
         select = Selection(_run_field(select["key"], f"board config {p.name}: select.key"),
-                           str(select["metric"]), bool(select.get("higher", True)))
+                           str(select["metric"]), bool(select.get("higher", True)),
+                           tuple(str(s) for s in select.get("seeds") or ()))
+    plan = _plan(raw.pop("plan", None) or {}, p.name)
     cfg = BoardConfig(**raw, pairs={str(k): v for k, v in pairs.items()}, variant=fields_,
-                      select=select, limits={str(k): " ".join(v.split()) for k, v in
+                      select=select, plan=plan,
+                      limits={str(k): " ".join(v.split()) for k, v in
                                              limits.items()}, source=_shown_path(p))
     if not 0.0 < cfg.confidence < 1.0:
         raise BoardError(f"board config {p.name}: confidence must be in (0, 1)")
     if cfg.final_window < 1:
         raise BoardError(f"board config {p.name}: final_window must be >= 1")
     return cfg
+
+
+def _plan(raw: object, name: str) -> Plan:
+    keys = {"primary", "alpha", "power", "detect"}
+    if not isinstance(raw, dict) or set(raw) - keys:
+        raise BoardError(f"board config {name}: plan takes {', '.join(sorted(keys))}; got "
+                         f"{raw!r}")
+    detect = raw.get("detect") or {}
+    if not isinstance(detect, dict) or not all(
+            isinstance(v, (int, float)) and v > 0 for v in detect.values()):
+        raise BoardError(f"board config {name}: plan.detect must map a sweep name (conf/sweep/) "
+                         "to the effect (> 0, in the primary metric's units) it is powered for")
+    plan = Plan(raw.get("primary"), float(raw.get("alpha", 0.05)), float(raw.get("power", 0.8)),
+                {str(k): float(v) for k, v in detect.items()})
+    if not (0.0 < plan.alpha < 1.0 and 0.0 < plan.power < 1.0):
+        raise BoardError(f"board config {name}: plan.alpha and plan.power must be in (0, 1)")
+    return plan
 
 
 def _shown_path(p: Path) -> str:

@@ -1,9 +1,9 @@
 """Leaderboard tables: the rows ``harness.report.board`` computes, rendered as markdown and CSV.
 
-Markdown cells read ``mean ± half-width (n)`` (a Student-t interval) or ``mean [low, high] (n)``
-(a percentile bootstrap, used from ``bootstrap_min_n`` seeds on); the CSV holds the same numbers
-in separate columns (mean, half-width, low, high, n, and for paired differences the p-value and
-its Holm adjustment) at full precision.
+Markdown cells read ``mean ± half-width (n)`` (a Student-t interval at every number of seeds,
+:mod:`harness.report.stats`); the CSV holds the same numbers in separate columns (mean,
+half-width, low, high, n, and for paired differences the one-sample p-value) at full
+precision.
 """
 
 from __future__ import annotations
@@ -17,12 +17,10 @@ from typing import Any
 
 from harness.report.stats import Interval
 
-__all__ = ["COSTS", "DYNAMICS", "HOLM_MARK", "MARK", "Cost", "Dynamic", "Row", "Run", "Spec",
+__all__ = ["COSTS", "DYNAMICS", "Cost", "Dynamic", "Row", "Run", "Spec",
            "cell", "cost_table", "late_means", "paired_table", "quality_table", "render_csv",
            "start_table", "step_table", "table"]
 
-MARK = "†"  # paired difference whose CI excludes 0 (uncorrected)
-HOLM_MARK = "‡"  # ... and still significant after Holm's correction over the board's family
 _KINDS = ("pass", "mean", "maj")  # column order within an eval set
 _NONE = Interval(math.nan, math.nan, math.nan, 0, "none")
 
@@ -111,9 +109,9 @@ class Dynamic:
 
 
 DYNAMICS = (Dynamic("token_entropy", "rollout/entropy", "final token entropy"),
-            # evaluations: the last two, as every "final" quality metric
+            # evaluations: the last one, as every "final" quality metric
             Dynamic("tool_calls_per_traj", "eval/*/tool_calls_per_traj",
-                    "tool calls per trajectory", window=2),
+                    "tool calls per trajectory", window=1),
             Dynamic("grad_norm", "actor/grad_norm", "pre-clip grad norm", window=0,
                     paired=False),
             Dynamic("grad_clipped", "actor/grad_clipped_frac", "clipped steps", window=0,
@@ -139,7 +137,6 @@ class Row:
     start: dict[str, Interval] = field(default_factory=dict)
     delta: dict[str, Interval] = field(default_factory=dict)
     vs: dict[str, Interval] = field(default_factory=dict)
-    holm: dict[str, float] = field(default_factory=dict)  # Holm-adjusted p of each vs entry
     cost: dict[str, Interval] = field(default_factory=dict)
     budget: dict[str, Interval] = field(default_factory=dict)  # at the common token budget
     style_index: int = 0  # this row's line style among its algorithm's rows
@@ -153,10 +150,6 @@ class Row:
                 return (1, 0.0, seed)
 
         return sorted(self.runs, key=key)
-
-    def survives_holm(self, name: str, confidence: float) -> bool:
-        """Whether the paired comparison ``name`` stays significant after Holm's correction."""
-        return self.holm.get(name, 1.0) < 1.0 - confidence
 
     @property
     def run_ids(self) -> list[tuple[str, str]]:
@@ -186,13 +179,11 @@ def _fmt(x: float, fmt: str, signed: bool = False) -> str:
 
 
 def cell(iv: Interval, fmt: str = ".3f", signed: bool = False) -> str:
-    """``mean ± half (n)`` (t), ``mean [low, high] (n)`` (bootstrap), ``mean ± n/a (1)``, or
-    ``—`` when nothing was logged."""
+    """``mean ± half (n)`` (Student-t), ``mean ± n/a (1)``, or ``—`` when nothing was
+    logged."""
     if iv.n == 0 or math.isnan(iv.mean):
         return "—"
     m = _fmt(iv.mean, fmt, signed)
-    if iv.method == "bootstrap":
-        return f"{m} [{_fmt(iv.low, fmt, signed)}, {_fmt(iv.high, fmt, signed)}] ({iv.n})"
     half = "n/a" if math.isnan(iv.half_width) else _fmt(iv.half_width, fmt)
     return f"{m} ± {half} ({iv.n})"
 
@@ -246,26 +237,9 @@ def paired_table(rows: list[Row], specs: list[Spec], confidence: float) -> list[
         col = []
         for r in rows:
             iv = r.vs.get(name)
-            text = "—" if iv is None else cell(iv, signed=True)
-            if iv is not None and iv.excludes_zero:
-                text += MARK + (HOLM_MARK if r.survives_holm(name, confidence) else "")
-            col.append(text)
+            col.append("—" if iv is None else cell(iv, signed=True))
         cols.append(col)
     return _table(["#", "row", "baseline", *(f"Δ {t}" for _, t in names)], cols)
-
-
-def holm_table(rows: list[Row], specs: list[Spec]) -> list[str]:
-    """p (Holm-adjusted p) of every paired difference."""
-    names = paired_names(rows, specs)
-    cols = _head(rows)
-    for name, _ in names:
-        col = []
-        for r in rows:
-            iv = r.vs.get(name)
-            p = math.nan if iv is None else iv.p
-            col.append("—" if math.isnan(p) else f"{p:.3f} ({r.holm.get(name, math.nan):.3f})")
-        cols.append(col)
-    return _table(["#", "row", *(f"p {t} (Holm)" for _, t in names)], cols)
 
 
 def start_table(rows: list[Row], specs: list[Spec]) -> list[str]:
@@ -304,13 +278,15 @@ def cost_table(rows: list[Row]) -> list[str]:
 
 
 def budget_table(rows: list[Row], specs: list[Spec]) -> list[str]:
-    """Each quality spec at the common token budget, and the training step it falls at."""
+    """Each quality spec at the common token budget, with the training step and tokens of the
+    evaluations it was read at."""
     pass_specs = [s for s in specs if s.kind == "pass"]
-    cols = [*_head(rows), [cell(r.budget.get("step", _NONE), ".1f") for r in rows]]
+    cols = [*_head(rows), [cell(r.budget.get("step", _NONE), ".1f") for r in rows],
+            [cell(r.budget.get("tokens", _NONE), ",.0f") for r in rows]]
     for s in pass_specs:
         ivs = [r.budget.get(s.name, _NONE) for r in rows]
         cols.append(_bold_column([cell(iv) for iv in ivs], ivs, False))
-    return _table(["#", "row", "step at budget", *(s.title for s in pass_specs)], cols)
+    return _table(["#", "row", "step", "tokens", *(s.title for s in pass_specs)], cols)
 
 
 # ---------------------------------------------------------------------------------- csv
@@ -334,8 +310,7 @@ def _vs_cols(prefix: str, ci: str, row: Row, name: str) -> dict[str, str]:
     vs = row.vs.get(name)
     return {**_iv_cols(prefix, ci, vs, n_name="pairs"),
             f"{prefix}_excludes_zero": str(int(vs is not None and vs.excludes_zero)),
-            f"{prefix}_p": _num(vs.p if vs else math.nan),
-            f"{prefix}_p_holm": _num(row.holm.get(name, math.nan))}
+            f"{prefix}_p": _num(vs.p if vs else math.nan)}
 
 
 def table(rows: list[Row], specs: list[Spec], confidence: float) -> list[dict[str, str]]:
@@ -364,6 +339,7 @@ def table(rows: list[Row], specs: list[Spec], confidence: float) -> list[dict[st
         for c in COSTS:
             d |= _iv_cols(c.key, ci, r.cost.get(c.key))
         d |= _iv_cols("budget_step", ci, r.budget.get("step"))
+        d |= _iv_cols("budget_tokens", ci, r.budget.get("tokens"))
         d["run_ids"] = ";".join(rid for _, rid in r.run_ids)
         out.append(d)
     return out
