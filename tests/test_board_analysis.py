@@ -140,3 +140,25 @@ def test_adjusted_p_is_the_family_max_t_tail_not_the_single_test_p():
         assert comp.p_adjusted >= single - 1e-9
         if single < 0.2:
             assert comp.p_adjusted > 1.5 * single  # the family's price is paid
+
+
+def test_a_contrast_the_design_cannot_estimate_is_dropped_not_reported():
+    rng = np.random.default_rng(5)
+    data = _board(rng, rows=3, seeds=5)
+    data["lonely"] = {"9": 0.9}  # a seed no other row has: a_lonely is confounded with it
+    result = analyse(data, [*_many_to_one(3), ("lonely", "r0")])
+    assert {c.row for c in result.comparisons} == {"r1", "r2"}
+    data["empty"] = {"0": math.nan, "1": math.nan}
+    assert "empty" not in {c.row for c in analyse(data, [("empty", "r0")]).comparisons}
+
+
+def test_seed_labels_are_strings_and_missing_values_do_not_count_as_seeds():
+    rng = np.random.default_rng(6)
+    data = _board(rng, rows=3, seeds=6)
+    ints = {r: {int(s): v for s, v in by.items()} for r, by in data.items()}
+    as_int = analyse(ints, _many_to_one(3))
+    as_str = analyse(data, _many_to_one(3))
+    assert [c.estimate for c in as_int.comparisons] == [c.estimate for c in as_str.comparisons]
+    data["r1"]["3"] = math.nan
+    comp = next(c for c in analyse(data, _many_to_one(3)).comparisons if c.row == "r1")
+    assert comp.n == 5

@@ -13,6 +13,7 @@ import functools
 import math
 import re
 
+import numpy as np
 import pytest
 from mlflow.entities import Metric, Param
 from mlflow.tracking import MlflowClient
@@ -50,7 +51,7 @@ def _run(client, exp, alg, seed, lr, n):
     metrics += [Metric("eval/heldout/pass_at_1", held - 0.01 * (20 - s) / 20, 0, s)
                 for s in steps]
     metrics += [Metric("final/heldout/pass_at_1", held, 0, 20),
-                Metric("start/heldout/pass_at_1", 0.15, 0, 20),
+                Metric("start/heldout/pass_at_1", 0.15 + 0.001 * (seed % 100), 0, 20),
                 Metric("final/validation/pass_at_1", valid, 0, 20),
                 Metric("eval/validation/pass_at_1", valid, 0, 20),
                 Metric("final/tokens_total", per_step * 20, 0, 20)]
@@ -157,3 +158,11 @@ def test_equal_compute_is_a_measured_evaluation_within_five_percent_of_a_declare
     assert rows["dapo"]["heldout/pass_at_1/at_budget_n"] == "0"
     assert "6 runs had no evaluation within 5%" in budget
     assert math.isclose(float(rows["rloo"]["budget_tokens_mean"]), 100.0)
+
+
+def test_evaluation_noise_counts_each_seed_of_the_warm_start_once(store):
+    _rows, md = _board(store, "tuned")
+    # the warm start's score is one value per seed, repeated on every row: its SD is over the 6
+    # reported seeds (0.150 ... 0.155), not over 4 rows' copies of them
+    one_per_seed = float(np.std([0.15 + 0.001 * s for s in REPORTED], ddof=1))
+    assert f"scores with SD {one_per_seed:.4f} across seeds" in md

@@ -75,10 +75,13 @@ class Comparison:
     low: float  # simultaneous interval: estimate -+ critical * se
     high: float
     mde: float  # minimum detectable effect at alpha (family) and the plan's power
+    alpha: float = 0.05
 
     @property
     def significant(self) -> bool:
-        return bool(self.low > 0.0 or self.high < 0.0)
+        """Adjusted p below the family's level (the simultaneous interval then excludes 0, up
+        to the Monte-Carlo quantile's resolution)."""
+        return bool(self.p_adjusted < self.alpha)
 
 
 @dataclass
@@ -158,15 +161,24 @@ def analyse(values: Mapping[str, Mapping[str, float]], contrasts: Sequence[tuple
     import statsmodels.api as sm
 
     out = Analysis(alpha=alpha, power=power)
-    pairs = [(r, b) for r, b in contrasts if values.get(r) and values.get(b)]
+    clean = {r: {str(s): float(y) for s, y in v.items() if not math.isnan(float(y))}
+             for r, v in values.items()}  # seed labels as strings: 0 and "0" are one seed
+    pairs = [(r, b) for r, b in contrasts if clean.get(r) and clean.get(b)]
     if not pairs:
         out.note = "no comparison with runs on both sides"
         return out
     rows = sorted({name for pair in pairs for name in pair})
-    cells = [(r, s, float(y)) for r in rows for s, y in sorted(values[r].items())
-             if not math.isnan(y)]
+    cells = [(r, s, y) for r in rows for s, y in sorted(clean[r].items())]
     seeds = sorted({s for _, s, _ in cells}, key=lambda s: (len(s), s))
     X, y = _design(cells, rows, seeds)
+    # a contrast the design cannot estimate (a row whose seeds no other row has) is dropped,
+    # never reported from an arbitrary least-squares solution
+    proj = np.linalg.pinv(X) @ X
+    pairs = [(r, b) for r, b in pairs if np.allclose(
+        (v := _contrast(rows, X.shape[1], r, b)) @ proj, v, atol=1e-8)]
+    if not pairs:
+        out.note = "no comparison the seed-blocked design can estimate (no shared seeds)"
+        return out
     rank = int(np.linalg.matrix_rank(X))
     out.rows, out.seeds, out.df = rows, seeds, len(y) - rank
     if out.df < 1:
@@ -189,11 +201,11 @@ def analyse(values: Mapping[str, Mapping[str, float]], contrasts: Sequence[tuple
     t = est / se
     for (r, b), e, s, tv in zip(pairs, est, se, t):
         p = _exceed(abs(float(tv)), corr, out.df, draws)
-        n = len(set(values[r]) & set(values[b]))
+        n = len(set(clean[r]) & set(clean[b]))
         out.comparisons.append(Comparison(
             r, b, n, float(e), float(s), float(tv), float(min(1.0, max(0.0, p))),
             float(e - out.critical * s), float(e + out.critical * s),
-            float((out.critical + t_power) * s)))
+            float((out.critical + t_power) * s), alpha))
     resid = np.asarray(fit.resid)
     groups = [resid[[i for i, c in enumerate(cells) if c[0] == r]] for r in rows]
     if len(groups) > 1 and all(len(g) > 1 for g in groups):

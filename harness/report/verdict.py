@@ -47,6 +47,7 @@ class Verdict:
     descriptive: str = ""  # why the board is descriptive only ("" = confirmatory)
     start_sd: float = math.nan  # SD across seeds of the warm start's score (evaluation noise)
     sampling_se: float = math.nan  # mean logged sampling SE of the final evaluations
+    seed_var: float = math.nan  # pooled within-row variance of the final scores over seeds
     factors: list[str] = field(default_factory=list)
 
     @property
@@ -109,10 +110,20 @@ def judge(rows: list[Row], prim: Spec | None, cfg: BoardConfig, *,
     sweeps = sorted({r.sweep for row in rows for r in row.runs.values() if r.sweep})
     declared = [plan.detect[s] for s in sweeps if s in plan.detect]
     detect = min(declared) if declared else None
-    starts = [v for row in rows for v in _per_seed(row, f"start/{prim.name}").values()]
+    # the warm start is one model: a seed's step-0 score is the same on every row, so one value
+    # per seed (their mean across rows) enters its spread
+    by_seed: dict[str, list[float]] = {}
+    for row in rows:
+        for s, v in _per_seed(row, f"start/{prim.name}").items():
+            by_seed.setdefault(s, []).append(v)
+    starts = [float(np.mean(v)) for v in by_seed.values()]
     ses = [v for row in rows for v in _per_seed(row, f"final/{prim.name}_sampling_se").values()]
+    finals = [list(_per_seed(r, key).values()) for r in rows]
+    dof = sum(len(f) - 1 for f in finals if len(f) > 1)
     verdict = Verdict(prim, result, identical, detect, sweeps,
                       start_sd=float(np.std(starts, ddof=1)) if len(starts) > 1 else math.nan,
+                      seed_var=(sum(float(np.var(f, ddof=1)) * (len(f) - 1)
+                                    for f in finals if len(f) > 1) / dof) if dof else math.nan,
                       sampling_se=float(np.sqrt(np.mean(np.square(ses)))) if ses else math.nan,
                       factors=_factors(rows))
     if selected_on_reported:
@@ -194,10 +205,11 @@ def primary_section(v: Verdict, cfg: BoardConfig) -> list[str]:
                   f"detect the declared {v.detect:g} at power {cfg.plan.power:g} "
                   f"(`rlbench power` plans from any board's runs)."]
     if not math.isnan(v.start_sd):
-        share = v.start_sd ** 2 / a.sigma ** 2 if a.sigma > 0 else math.nan
+        share = v.start_sd ** 2 / v.seed_var if v.seed_var > 0 else math.nan
         lines += ["", f"Evaluation noise: the warm start, one model re-evaluated with each "
-                  f"seed's sampling, scores with SD {v.start_sd:.4f} across runs, "
-                  f"{_fmt(100 * share, '.0f')}% of the residual variance"
+                  f"seed's sampling, scores with SD {v.start_sd:.4f} across seeds, "
+                  f"{_fmt(100 * share, '.0f')}% of the final scores' variance over seeds "
+                  "(pooled within rows)"
                   + (f"; the final evaluations' own sampling SE is {v.sampling_se:.4f} (logged "
                      f"per evaluation)" if not math.isnan(v.sampling_se) else "")
                   + ". A larger evaluation (more problems or samples) lowers it."]
