@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import csv
 import functools
+import json
 import math
 import re
 
@@ -60,7 +61,10 @@ def _run(client, exp, alg, seed, lr, n):
     rid = client.create_run(exp, start_time=1000 + n, tags={
         "rlbench.algorithm": alg, "rlbench.task": "countdown", "rlbench.task_variant": "tiny",
         "rlbench.model": "tiny", "rlbench.seed": str(seed), "rlbench.temperature": "1.0",
-        "rlbench.sweep": "tuning" if tuning else "reported"}).info.run_id
+        "rlbench.sweep": "tuning" if tuning else "reported",
+        "rlbench.overrides": json.dumps([f"algorithm={alg}", f"trainer.optim.lr={lr}",
+                                         f"seed={seed}"]),
+    }).info.run_id
     client.log_batch(rid, metrics=metrics,
                      params=[Param(k, str(v)) for k, v in params.items()])
     client.set_terminated(rid, "FINISHED")
@@ -82,10 +86,11 @@ def store(tmp_path_factory):
     return root, uri
 
 
-def _board(store, name: str, *, seeds: str = "[100, 101]", detect: float = 0.05):
+def _board(store, name: str, *, seeds: str = "[100, 101]", detect: float = 0.05,
+           driver: str = ""):
     root, uri = store
     cfg = root / f"{name}.yaml"
-    cfg.write_text(f"""baseline: grpo
+    cfg.write_text((f"reproduce: {driver}\n" if driver else "") + f"""baseline: grpo
 select: {{key: params.trainer.optim.lr, metric: validation/pass_at_1, seeds: {seeds}}}
 plan: {{primary: heldout/pass_at_1, detect: {{reported: {detect}}}}}
 """)
@@ -166,3 +171,15 @@ def test_evaluation_noise_counts_each_seed_of_the_warm_start_once(store):
     # reported seeds (0.150 ... 0.155), not over 4 rows' copies of them
     one_per_seed = float(np.std([0.15 + 0.001 * s for s in REPORTED], ddof=1))
     assert f"scores with SD {one_per_seed:.4f} across seeds" in md
+
+
+def test_a_tuned_board_is_reproduced_by_its_driver_not_one_sweep(store, monkeypatch):
+    import harness.report.provenance as prov
+
+    # the synthetic sweeps "tuning" and "reported" exist only here
+    swept = {"algorithm": set(ALGS), "seed": {str(s) for s in REPORTED}}
+    monkeypatch.setattr(prov, "_sweep_params", lambda sweep: swept)
+    _rows, md = _board(store, "driver", driver="python run_both_phases.py")
+    assert "`python run_both_phases.py`, then `rlbench board --experiment plan" in md
+    _rows, md = _board(store, "nodriver")
+    assert "Reproduce: not by two commands" in md and "trainer.optim.lr=" in md

@@ -60,6 +60,9 @@ class BoardConfig:
     variant: tuple[str, ...] = ("tags.rlbench.variant",)
     select: Selection | None = None
     plan: Plan = field(default_factory=Plan)
+    # the command that runs a selection board's sweeps (tuning, then each row at its choice):
+    # its Reproduce line, in place of one `rlbench sweep`
+    reproduce: str | None = None
     limits: dict[str, str] = field(default_factory=dict)  # sweep -> what its recipe cannot show
     confidence: float = 0.95
     smooth: int = 5
@@ -124,6 +127,9 @@ def load_config(path: str | Path | None = None, variant: tuple[str, ...] = ()) -
                            str(select["metric"]), bool(select.get("higher", True)),
                            tuple(str(s) for s in select.get("seeds") or ()))
     plan = _plan(raw.pop("plan", None) or {}, p.name)
+    if not isinstance(raw.get("reproduce") or "", str):
+        raise BoardError(f"board config {p.name}: reproduce must be one command line (the "
+                         "sweeps' driver), e.g. python benchmarks/offpolicy_testbed.py ...")
     cfg = BoardConfig(**raw, pairs={str(k): v for k, v in pairs.items()}, variant=fields_,
                       select=select, plan=plan,
                       limits={str(k): " ".join(v.split()) for k, v in

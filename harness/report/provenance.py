@@ -153,8 +153,12 @@ def _harmless(key: str) -> bool:
         key == k or key.startswith(k + ".") for k in NON_SEMANTIC_KEYS)
 
 
-def reproduce(runs: list[Run], board_cmd: str) -> str:
-    """The "Reproduce" line of a board built from ``runs``."""
+def reproduce(runs: list[Run], board_cmd: str, driver: str | None = None,
+              chosen: str | None = None) -> str:
+    """The "Reproduce" line of a board built from ``runs``. A board whose rows sit at a value
+    chosen per row (the selection key ``chosen``, e.g. ``trainer.optim.lr``) is reproduced by its
+    config's ``driver`` command (which runs the tuning sweep, then the named sweep at each row's
+    choice) instead of one ``rlbench sweep``; overrides of ``chosen`` are then expected."""
     sweeps = Counter(r.sweep for r in runs)
     named = sorted(s for s in sweeps if s)
     if len(named) != 1 or sweeps.get("", 0):
@@ -175,7 +179,8 @@ def reproduce(runs: list[Run], board_cmd: str) -> str:
             continue
         for override in run.overrides:
             key, _, value = override.lstrip("+~").partition("=")
-            if key == "sweep" or _harmless(key) or _swept(value, params.get(key, set())):
+            if key == "sweep" or _harmless(key) or _swept(value, params.get(key, set())) or (
+                    driver and key == chosen):
                 continue
             extra[override] += 1
     if extra or unknown:
@@ -183,8 +188,9 @@ def reproduce(runs: list[Run], board_cmd: str) -> str:
         why += [f"{unknown} run(s) did not record their overrides"] if unknown else []
         return (f"- Reproduce: not by two commands: runs of sweep `{sweep}` had overrides it "
                 f"does not make: {', '.join(why)}.")
+    first = f"`{driver}`" if driver else f"`rlbench sweep sweep={sweep}`"
     return (f"- Reproduce ({where(getattr(r, 'commit', '') for r in runs)}): "
-            f"`rlbench sweep sweep={sweep}`, then `{board_cmd}`.")
+            f"{first}, then `{board_cmd}`.")
 
 
 def where(commits: Iterable[str]) -> str:
