@@ -574,7 +574,8 @@ def test_index_line_names_the_top_mean_and_counts_only_significant_primary_compa
         return r
 
     def comp(key: str, low: float, high: float, mde: float) -> Comparison:
-        return Comparison(key, "grpo", 2, (low + high) / 2, 0.01, 1.0, 0.5, low, high, mde)
+        p = 0.01 if low > 0 or high < 0 else 0.5  # significant: adjusted p below alpha
+        return Comparison(key, "grpo", 2, (low + high) / 2, 0.01, 1.0, p, low, high, mde)
 
     # rloo's secondary pass@8 interval excludes 0, its primary comparison does not: not counted
     top = row("dapo", [0.3, 0.31], {spec.name: interval([0.1, 0.11])})
