@@ -6,7 +6,8 @@ primary metric, over the board's declared comparisons, and prints the residual S
 minimum detectable effect (MDE) at the pilot's seeds and at other seed counts, and the fewest
 seeds per row at which every comparison detects ``--delta`` at the plan's level and power:
 
-    rlbench power --runs leaderboards/testbed-offpolicy --experiment testbed_offpolicy --delta 0.02
+    rlbench power --runs leaderboards/testbed-offpolicy --experiment testbed_offpolicy_tuned \
+        --config conf/board/offpolicy_tuned.yaml --delta 0.02
 """
 
 from __future__ import annotations
