@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import time
 from collections import Counter
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -38,6 +39,21 @@ from harness.multiturn import generate_multiturn
 from harness.progress import Progress
 from harness.task import EvalSet, Task
 from harness.types import SamplingParams
+
+
+def at_marks(marks: Sequence[float], before: float, after: float) -> tuple[bool, bool]:
+    """Equal-compute evaluations (``trainer.eval_at_tokens``): for each declared mark ``m`` of
+    tokens generated, the policy is evaluated once where the run's token count is nearest ``m``.
+    The count is known only after a step's rollouts: when they take it from ``before`` (T_{s-1})
+    < m to ``after`` (T_s) >= m, the policy trained on T_{s-1} tokens (the one that just
+    generated them) is evaluated before the step's update if m - T_{s-1} <= T_s - m, else the
+    updated one after it. Returns (evaluate now, evaluate after the update). A board reads each
+    row's equal-compute score from that evaluation (within half a step's tokens of the mark),
+    never from interpolating between two; evaluation draws from its own generator
+    (:func:`evaluate`), so the extra evaluations leave training bit-identical."""
+    crossed = [m for m in marks if before < m <= after]
+    return (any(m - before <= after - m for m in crossed),
+            any(m - before > after - m for m in crossed))
 
 
 def pass_at_k(n: int, c: int, k: int) -> float:

@@ -11,16 +11,7 @@
       engine.optimizer_step()
     rollout_engine.update_weights(train_engine)
     tracker.log(step metrics) ; every eval_every steps: evaluate()      time/eval
-
-Equal-compute evaluations (``trainer.eval_at_tokens``): for each declared mark ``m`` of tokens
-generated, the policy is evaluated once where the run's token count is nearest ``m``. The count
-is known only after a step's rollouts: when step s's rollouts take it from T_{s-1} < m to
-T_s >= m, the policy trained on T_{s-1} tokens (the one that just generated them, before step s's
-update) is evaluated at once and logged at step s-1 if m - T_{s-1} <= T_s - m, else the updated
-policy is evaluated after step s. A board reads each row's equal-compute score from that
-evaluation (within half a step's tokens of the mark), never from interpolating between two
-evaluations. Evaluation draws from its own generator (harness/evaluation.py), so the extra
-evaluations leave training bit-identical.
+Equal-compute evaluations (``trainer.eval_at_tokens``): harness/evaluation.py ``at_marks``.
 
 A first Ctrl-C or SIGTERM asks the loop to stop at the end of the current step: it writes a
 checkpoint, marks the MLflow run KILLED and raises :class:`RunInterrupted`; a second signal
@@ -64,7 +55,7 @@ from harness.checkpoint import (
 )
 from harness.components import ConfigError, build
 from harness.config import validate_config
-from harness.evaluation import check_eval_sets, evaluate
+from harness.evaluation import at_marks, check_eval_sets, evaluate
 from harness.lifecycle import (
     RunInterrupted,
     eval_line,
@@ -375,10 +366,9 @@ class Trainer:
         """Step ``self.step + 1``'s rollouts took tokens generated from ``before`` to ``after``:
         evaluate now (the policy trained on ``before`` tokens, logged at ``self.step``) for each
         crossed mark nearer ``before``; flag an evaluation after the update for the others."""
-        crossed = [m for m in self.cfg.trainer.eval_at_tokens if before < m <= after]
-        if any(m - before <= after - m for m in crossed) and not self._evaluated(self.step):
+        now, self._eval_after_step = at_marks(self.cfg.trainer.eval_at_tokens, before, after)
+        if now and not self._evaluated(self.step):
             self._status(self.run_eval(), is_eval=True)
-        self._eval_after_step = any(m - before > after - m for m in crossed)
 
     def _evaluated(self, step: int) -> bool:
         return any(e["step"] == step for e in self.eval_history)

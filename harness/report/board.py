@@ -87,11 +87,6 @@ def _primary(specs: list[Spec], declared: str | None = None) -> Spec | None:
     return min(first, key=lambda s: (s.kind != "pass", s.k != 1, s.k))
 
 
-def _per_seed(row: Row, key: str) -> dict[str, float]:
-    return {s: r.metrics[key] for s, r in row.runs.items()
-            if key in r.metrics and not math.isnan(r.metrics[key])}
-
-
 def _pair(rows: list[Row], cfg: BoardConfig, default: str) -> None:
     """Baseline of each row: its runs' ``rlbench.baseline`` tag, else ``cfg.pairs`` for
     ``algorithm@variant`` then ``algorithm``, else ``default``. The name matches a row's label
@@ -126,19 +121,19 @@ def _fill(rows: list[Row], specs: list[Spec], cfg: BoardConfig) -> None:
     for row in rows:
         base = by_key.get(row.baseline)
         for s in specs:
-            fin, start = _per_seed(row, f"final/{s.name}"), _per_seed(row, f"start/{s.name}")
+            fin, start = row.per_seed(f"final/{s.name}"), row.per_seed(f"start/{s.name}")
             row.final[s.name] = interval(fin.values(), *opts)
             row.start[s.name] = interval(start.values(), *opts)
             row.delta[s.name] = interval([fin[k] - start[k] for k in fin if k in start], *opts)
             if base:
-                row.vs[s.name] = paired_interval(fin, _per_seed(base, f"final/{s.name}"), *opts)
+                row.vs[s.name] = paired_interval(fin, base.per_seed(f"final/{s.name}"), *opts)
         for d in DYNAMICS:
-            late = _per_seed(row, f"final/{d.key}")
+            late = row.per_seed(f"final/{d.key}")
             row.final[d.key] = interval(late.values(), *opts)
             if base and d.paired:
-                row.vs[d.key] = paired_interval(late, _per_seed(base, f"final/{d.key}"), *opts)
+                row.vs[d.key] = paired_interval(late, base.per_seed(f"final/{d.key}"), *opts)
         for c in COSTS:
-            row.cost[c.key] = interval(_per_seed(row, f"final/{c.key}").values(), *opts)
+            row.cost[c.key] = interval(row.per_seed(f"final/{c.key}").values(), *opts)
 
 
 def _rank(rows: list[Row], prim: Spec | None) -> list[Row]:
@@ -332,7 +327,7 @@ def _write_group(client: MlflowClient, history: History, d: Path, title: str, gr
         for row in rows:
             grid = group.candidates[row.label, row.temperature]
             selection.append((row.key, [(c.select, interval(
-                [v for s, v in _per_seed(c, metric).items() if not tuning or s in tuning],
+                [v for s, v in c.per_seed(metric).items() if not tuning or s in tuning],
                 *cfg.interval_options)) for c in grid], row.select))
     page = Page(title, page_head, rows, specs, _plots(history, d, title, rows, specs, cfg),
                 outside, within, selection, budget, group.duplicates, dict(group.excluded),

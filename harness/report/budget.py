@@ -14,7 +14,6 @@ summarised over seeds with the board's intervals.
 
 from __future__ import annotations
 
-import json
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -22,10 +21,9 @@ from dataclasses import dataclass
 from harness.report.stats import interval
 from harness.report.tables import Row, Spec
 
-__all__ = ["MARKS", "TOKENS", "TOLERANCE", "Budget", "History", "fill_budget"]
+__all__ = ["TOKENS", "TOLERANCE", "Budget", "History", "fill_budget"]
 
 TOKENS = "rollout/tokens_total"
-MARKS = "trainer.eval_at_tokens"  # the param of the declared marks
 TOLERANCE = 0.05  # an evaluation is "at the budget" within 5% of its tokens
 
 
@@ -68,15 +66,6 @@ def _points(history: History, run_id: str, metric: str) -> list[tuple[float, int
             if s in tokens and not math.isnan(v)]
 
 
-def _marks(history: History, run_id: str) -> set[float]:
-    """The run's declared marks (its ``trainer.eval_at_tokens`` param; none: empty)."""
-    raw = history.client.get_run(run_id).data.params.get(MARKS) or "[]"
-    try:
-        return {float(m) for m in json.loads(raw)}
-    except (ValueError, TypeError):
-        return set()
-
-
 def _budget(history: History, rows: list[Row], first: str) -> tuple[float, bool]:
     ids = [rid for row in rows for rid in row.store_ids]
     ends = [pts[-1][0] for rid in ids if (pts := _points(history, rid, first))]
@@ -84,7 +73,7 @@ def _budget(history: History, rows: list[Row], first: str) -> tuple[float, bool]
         return math.nan, False
     # a declared mark every run has and reached (the evaluation for it then exists)
     reached = min(max(history(rid, TOKENS).values(), default=0.0) for rid in ids)
-    common = set.intersection(*(_marks(history, rid) for rid in ids))
+    common = frozenset.intersection(*(r.marks for row in rows for r in row.runs.values()))
     if fits := [m for m in common if m <= reached]:
         return max(fits), True
     return min(e for e in ends if e > 0), False

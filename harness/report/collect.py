@@ -135,7 +135,16 @@ def _to_run(r: MlflowRun, cfg: BoardConfig) -> Run:
                origin_id=t.get(EXPORTED_ID_TAG, r.info.run_id), sweep=t.get("rlbench.sweep", ""),
                commit=t.get("rlbench.git_commit", ""), select=select,
                overrides=_overrides(t.get("rlbench.overrides")),
-               select_key=next(iter(drop), ""))
+               select_key=next(iter(drop), ""),
+               marks=_marks(r.data.params.get("trainer.eval_at_tokens")))
+
+
+def _marks(param: str | None) -> frozenset[float]:
+    """A run's declared token marks (the ``trainer.eval_at_tokens`` param; none: empty)."""
+    try:
+        return frozenset(float(m) for m in json.loads(param or "[]"))
+    except (ValueError, TypeError):
+        return frozenset()
 
 
 def _overrides(tag: str | None) -> tuple[str, ...] | None:

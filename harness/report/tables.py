@@ -41,6 +41,7 @@ class Run:
     select: str = ""  # its value of the board's selection key
     overrides: tuple[str, ...] | None = None  # the Hydra overrides it was launched with
     select_key: str = ""  # the config key of the selection (left out of ``config``), if a param
+    marks: frozenset[float] = frozenset()  # its trainer.eval_at_tokens (equal-compute marks)
 
     @property
     def label(self) -> str:
@@ -150,6 +151,11 @@ class Row:
                 return (1, 0.0, seed)
 
         return sorted(self.runs, key=key)
+
+    def per_seed(self, key: str) -> dict[str, float]:
+        """seed -> the runs' metric ``key`` (seeds that did not log it, or logged nan, left out)."""
+        return {s: r.metrics[key] for s, r in self.runs.items()
+                if key in r.metrics and not math.isnan(r.metrics[key])}
 
     @property
     def run_ids(self) -> list[tuple[str, str]]:

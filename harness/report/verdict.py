@@ -59,11 +59,6 @@ class Verdict:
         return SIG_MARK if comp and self.confirmatory and comp.significant else ""
 
 
-def _per_seed(row: Row, key: str) -> dict[str, float]:
-    return {s: r.metrics[key] for s, r in row.runs.items()
-            if key in r.metrics and not math.isnan(r.metrics[key])}
-
-
 def _factors(rows: list[Row]) -> list[str]:
     """Whether the warm start and the data split were one for every run or drawn per seed."""
     runs = [r for row in rows for r in row.runs.values()]
@@ -105,7 +100,7 @@ def judge(rows: list[Row], prim: Spec | None, cfg: BoardConfig, *,
             identical[row.key] = base.key
         elif len(set(row.runs) & set(base.runs)) >= 2:  # one shared seed: nothing to test on
             contrasts.append((row.key, base.key))
-    values = {r.key: _per_seed(r, key) for r in rows}
+    values = {r.key: r.per_seed(key) for r in rows}
     result = analyse(values, contrasts, plan.alpha, plan.power)
     sweeps = sorted({r.sweep for row in rows for r in row.runs.values() if r.sweep})
     declared = [plan.detect[s] for s in sweeps if s in plan.detect]
@@ -114,11 +109,11 @@ def judge(rows: list[Row], prim: Spec | None, cfg: BoardConfig, *,
     # per seed (their mean across rows) enters its spread
     by_seed: dict[str, list[float]] = {}
     for row in rows:
-        for s, v in _per_seed(row, f"start/{prim.name}").items():
+        for s, v in row.per_seed(f"start/{prim.name}").items():
             by_seed.setdefault(s, []).append(v)
     starts = [float(np.mean(v)) for v in by_seed.values()]
-    ses = [v for row in rows for v in _per_seed(row, f"final/{prim.name}_sampling_se").values()]
-    finals = [list(_per_seed(r, key).values()) for r in rows]
+    ses = [v for row in rows for v in row.per_seed(f"final/{prim.name}_sampling_se").values()]
+    finals = [list(r.per_seed(key).values()) for r in rows]
     dof = sum(len(f) - 1 for f in finals if len(f) > 1)
     verdict = Verdict(prim, result, identical, detect, sweeps,
                       start_sd=float(np.std(starts, ddof=1)) if len(starts) > 1 else math.nan,
