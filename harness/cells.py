@@ -12,9 +12,12 @@ Before a cell trains, :func:`plan_cell` looks its hash up in the MLflow experime
 * otherwise the newest KILLED / FAILED / RUNNING run with that hash that left a checkpoint ->
   continue it from that checkpoint into the same MLflow run (``trainer.resume=auto``, the
   default; ``true`` insists on it, ``false`` always starts afresh, a path resumes from there).
-  A RUNNING run is taken to be one that died without saying so (SIGKILL, a lost node): running
-  the same cell twice at the same time is not supported;
+  A RUNNING run whose claim lapsed is one that died without saying so (SIGKILL, a lost node);
 * otherwise -> a fresh run.
+
+Before that lookup the cell is claimed in the store (:mod:`harness.claims`): while one process
+trains a cell, another launch of it (a rerun command, a second cluster job) finds it busy and
+does not train it; a claim whose process is gone is taken over (and its run resumed as above).
 """
 
 from __future__ import annotations
@@ -28,6 +31,7 @@ from typing import Any
 from omegaconf import OmegaConf
 
 from harness.checkpoint import latest_checkpoint
+from harness.claims import Claim, claim_cell
 
 HASH_TAG = "rlbench.config_hash"
 # Keys that do not change what a run computes (dotted paths into the resolved config).
@@ -83,6 +87,11 @@ class CellPlan:
     checkpoint: Path | None = None
     output_dir: Path | None = None
     reason: str = ""
+    claim: Claim | None = None  # held while the cell trains; released when its run ends
+
+    def release(self) -> None:
+        if self.claim is not None:
+            self.claim.release()
 
 
 def _runs_with_hash(client: Any, experiment_id: str, digest: str) -> list[Any]:
@@ -93,9 +102,32 @@ def _runs_with_hash(client: Any, experiment_id: str, digest: str) -> list[Any]:
     return [r for r in runs if r.data.tags.get("rlbench.kind", "train") == "train"]
 
 
-def plan_cell(cfg: Any, client: Any | None, experiment_id: str | None) -> CellPlan:
-    """Decide whether the cell of ``cfg`` is skipped, resumed or started afresh."""
+def plan_cell(cfg: Any, client: Any | None, experiment_id: str | None,
+              tracking_uri: str | None = None) -> CellPlan:
+    """Claim the cell of ``cfg`` (with a store), then decide whether it is skipped, resumed or
+    started afresh; a cell another live process holds is skipped."""
     digest = config_hash(cfg)
+    claim = None
+    if client is not None:
+        held = claim_cell(client, experiment_id, digest, tracking_uri)
+        if isinstance(held, str):
+            return CellPlan("skip", digest, reason=f"cell {digest} is claimed by {held}, which "
+                                                   "is training it")
+        claim = held
+    try:
+        plan = _plan(cfg, client, experiment_id, digest)
+    except BaseException:
+        if claim is not None:
+            claim.release()
+        raise
+    if plan.action == "skip" and claim is not None:
+        claim.release()
+    else:
+        plan.claim = claim
+    return plan
+
+
+def _plan(cfg: Any, client: Any | None, experiment_id: str | None, digest: str) -> CellPlan:
     mode = resume_mode(cfg.trainer.resume)
     if mode not in (RESUME_AUTO, RESUME_REQUIRED, RESUME_OFF):  # an explicit checkpoint path
         path = latest_checkpoint(Path(mode))
@@ -107,7 +139,8 @@ def plan_cell(cfg: Any, client: Any | None, experiment_id: str | None) -> CellPl
         for run in runs:
             if run.info.status == "FINISHED":
                 return CellPlan("skip", digest, run.info.run_id,
-                                reason=f"run {run.info.run_id} FINISHED with config hash {digest}")
+                                reason=f"run {run.info.run_id} FINISHED with config hash {digest} "
+                                       "(trainer.skip_finished=false runs it again)")
     if mode != RESUME_OFF:
         for run in runs:
             if run.info.status == "FINISHED":

@@ -13,6 +13,13 @@ tables (the UI's artifact table view); optionally MLflow's system metrics
 (``tracking.system_metrics``, needs psutil) and the final weights as the artifact ``model``
 (``tracking.log_model``). Experiments are created tagged as model-development experiments,
 so MLflow 3's UI opens them on the runs view rather than the GenAI traces view.
+
+Under load (the cells of a sweep, or two sweeps, on one store): a database store that does not
+exist yet is created once (:func:`open_client`: under a file lock on this host, and retried when
+another host created it at the same moment); a locked SQLite database or two cells inserting one
+dataset row are retried (:func:`_retry`); which process trains a cell is settled by a claim in
+the store (:mod:`harness.claims`). What this process sent is counted (``Tracker.sent``) and
+written to the run's output dir as ``logged.json``, so a store can be audited against it.
 """
 
 from __future__ import annotations
@@ -20,13 +27,17 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import json
+import logging
 import os
 import tempfile
 import time
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
 from harness.config import flatten
+
+log = logging.getLogger("rlbench")
 
 MAX_PARAM_VALUE = 6000
 EXPERIMENT_KIND = ("mlflow.experimentKind", "custom_model_development")
@@ -39,6 +50,43 @@ def resolve_tracking_uri(uri: str | None) -> str:
     if env:
         return env
     return f"sqlite:///{Path.cwd() / 'mlruns.db'}"
+
+
+# database stores the client itself creates (MLflow builds their schema on first use)
+DATABASE_SCHEMES = ("sqlite:", "postgresql", "mysql", "mssql")
+# what a process sees while another one is creating the same store's schema
+SCHEMA_RACE = ("already exists", "out-of-date database schema", "duplicate key",
+               "unique constraint", "locked", "no such table", "does not exist")
+
+
+def open_client(uri: str) -> Any:
+    """An ``MlflowClient`` on ``uri`` whose store exists. MLflow creates a database store's tables
+    on first use without a lock, so several processes opening a new store at once (the first
+    launch of a sweep) made all but one fail (``table ... already exists``). Here the first use
+    happens under a file lock (beside an SQLite file; in the temp dir for a database server, which
+    covers the processes of this host) and, for processes on other hosts, is retried until the
+    winner's schema is complete."""
+    from filelock import FileLock
+    from mlflow.tracking import MlflowClient
+
+    if not uri.startswith(DATABASE_SCHEMES):
+        return MlflowClient(tracking_uri=uri)  # a tracking server creates its own store
+    if uri.startswith("sqlite:///"):
+        db = Path(uri[len("sqlite:///"):])
+        db.parent.mkdir(parents=True, exist_ok=True)
+        lock = f"{db}.lock"
+    else:
+        lock = str(Path(tempfile.gettempdir()) /
+                   f"rlbench-store-{hashlib.sha256(uri.encode()).hexdigest()[:16]}.lock")
+    with FileLock(lock, timeout=600):
+        for attempt in range(30):
+            try:
+                return MlflowClient(tracking_uri=uri)  # builds the store (and its schema)
+            except Exception as exc:
+                if not any(s in str(exc).lower() for s in SCHEMA_RACE) or attempt == 29:
+                    raise
+                time.sleep(min(0.2 * (attempt + 1), 2.0))
+    raise AssertionError("unreachable")
 
 
 def get_or_create_experiment(client: Any, name: str, tracking_uri: str) -> str:
@@ -105,10 +153,10 @@ class Tracker:
         self.run_id: str | None = None
         self._ended = False
         self._system_monitor: Any = None
+        # what this process sent: metric values per key, params, tags (written as logged.json)
+        self.sent: dict[str, Any] = {"metrics": Counter(), "params": 0, "tags": {}}
         if enabled:
-            from mlflow.tracking import MlflowClient
-
-            self.client = MlflowClient(tracking_uri=self.uri)
+            self.client = open_client(self.uri)
             self.experiment_id = _retry(get_or_create_experiment, self.client, experiment, self.uri)
 
     def start(self, run_name: str, tags: dict[str, str], run_id: str | None = None) -> None:
@@ -118,9 +166,10 @@ class Tracker:
             self.run_id = run_id
             _retry(self.client.update_run, run_id, status="RUNNING")
             return
-        run = _retry(self.client.create_run, self.experiment_id, run_name=run_name,
-                     tags={**source_tags(), **tags})
+        tags = {**source_tags(), **tags}
+        run = _retry(self.client.create_run, self.experiment_id, run_name=run_name, tags=tags)
         self.run_id = run.info.run_id
+        self.sent["tags"].update(tags)
 
     def log_params(self, config: Any) -> None:
         if not self.enabled:
@@ -131,6 +180,7 @@ class Tracker:
         params = [Param(k, str(v)[:MAX_PARAM_VALUE]) for k, v in sorted(flat.items())]
         for start in range(0, len(params), 100):  # MLflow's batch limit
             _retry(self.client.log_batch, self.run_id, params=params[start : start + 100])
+        self.sent["params"] += len(params)
 
     def summary_of(self, run_id: str) -> dict[str, float]:
         """The summary metrics (``final/*``, ``start/*``) a finished run logged."""
@@ -146,6 +196,7 @@ class Tracker:
         items = [Metric(k, float(v), now, step) for k, v in metrics.items()]
         for start in range(0, len(items), 1000):
             _retry(self.client.log_batch, self.run_id, metrics=items[start : start + 1000])
+        self.sent["metrics"].update(metrics.keys())
 
     def log_text(self, text: str, artifact_path: str) -> None:
         if not self.enabled:
@@ -230,8 +281,9 @@ class Tracker:
                                                     tracking_uri=self.uri)
         self._system_monitor.start()
 
-    def end(self, status: str) -> None:
-        """FINISHED | FAILED | KILLED. Idempotent."""
+    def end(self, status: str, ledger: Path | None = None) -> None:
+        """FINISHED | FAILED | KILLED. Idempotent. With ``ledger``, what this process sent is
+        added to that file (``logged.json``: the counts of every process of this run)."""
         if not self.enabled or self.run_id is None or self._ended:
             return
         self._ended = True
@@ -239,3 +291,20 @@ class Tracker:
             self._system_monitor.finish()
             self._system_monitor = None
         _retry(self.client.set_terminated, self.run_id, status=status)
+        if ledger is not None:
+            self.write_ledger(ledger)
+
+    def write_ledger(self, path: Path) -> None:
+        """Merge ``self.sent`` into ``path`` (a resumed run's earlier processes wrote theirs)."""
+        old: dict[str, Any] = {}
+        with contextlib.suppress(OSError, ValueError):
+            old = json.loads(path.read_text())
+        if old.get("run_id") != self.run_id:
+            old = {}
+        metrics = Counter(old.get("metrics", {}))
+        metrics.update(self.sent["metrics"])
+        merged = {"run_id": self.run_id, "metrics": dict(sorted(metrics.items())),
+                  "params": int(old.get("params", 0)) + self.sent["params"],
+                  "tags": {**old.get("tags", {}), **self.sent["tags"]}}
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(merged, indent=1))

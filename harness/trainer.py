@@ -120,7 +120,8 @@ class Trainer:
         self.tracker = Tracker(cfg.tracking.uri, cfg.tracking.experiment,
                                cfg.tracking.enabled and process_rank() == 0)
         self.plan = plan_cell(cfg, self.tracker.client if self.tracker.enabled else None,
-                              self.tracker.experiment_id if self.tracker.enabled else None)
+                              self.tracker.experiment_id if self.tracker.enabled else None,
+                              self.tracker.uri)
         if self.plan.action == "skip":
             return self.plan
         if self.plan.output_dir is not None:  # keep writing where the run started
@@ -175,6 +176,8 @@ class Trainer:
             **{k: str(v) for k, v in cfg.tracking.tags.items()},
         }
         self.tracker.start(self.run_name, tags, run_id=self.plan.run_id)
+        if self.plan.claim is not None:
+            self.plan.claim.note_run(self.tracker.run_id)
         if resume_state is None:
             self.tracker.log_params(cfg)
             manifest = build_manifest(cfg, self.task.dataset_hash(), self.model_path)
@@ -416,9 +419,8 @@ class Trainer:
         try:
             if self.setup().action == "skip":
                 status = "SKIPPED"
-                log.info("[%s] skipped: %s (trainer.skip_finished=false runs it again)",
-                         self.run_name, self.plan.reason)
-                return self.tracker.summary_of(self.plan.run_id)
+                log.info("[%s] skipped: %s", self.run_name, self.plan.reason)
+                return self.tracker.summary_of(self.plan.run_id) if self.plan.run_id else {}
             summary = self._loop()
             status = "FINISHED"
             self._finish(summary)
@@ -431,7 +433,9 @@ class Trainer:
         finally:
             restore_handlers(handlers)
             if hasattr(self, "tracker") and status != "SKIPPED":
-                self.tracker.end(status)
+                self.tracker.end(status, self.output_dir / "logged.json")
+            if self.plan is not None:
+                self.plan.release()
 
     def _loop(self) -> dict[str, float]:
         cfg = self.cfg.trainer

@@ -43,11 +43,9 @@ EVAL_KIND = "eval"
 
 
 def _client(tracking_uri: str | None) -> Any:
-    from mlflow.tracking import MlflowClient
+    from harness.tracking import open_client, resolve_tracking_uri
 
-    from harness.tracking import resolve_tracking_uri
-
-    return MlflowClient(tracking_uri=resolve_tracking_uri(tracking_uri))
+    return open_client(resolve_tracking_uri(tracking_uri))
 
 
 def get_run(run_id: str, tracking_uri: str | None) -> Any:
