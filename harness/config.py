@@ -168,7 +168,12 @@ class TrainerConfig:
 
 @dataclass
 class DataConfig:
+    """How prompts fit the model (harness/prompts.py; verl's keys of the same names)."""
+
     prompts_per_step: int = 32
+    max_prompt_length: int | None = None  # null: the model's context - the response length
+    truncation: str = "error"  # error | left | right | middle: a prompt over the limit
+    filter_overlong_prompts: bool = False  # true: drop prompts over the limit instead
 
 
 @dataclass

@@ -169,17 +169,18 @@ def evaluate_set(
 
 def evaluate(
     engine: Any, task: Task, seed: int, step: int, samples_to_keep: int = 0,
-    desc: str = "eval",
+    desc: str = "eval", sets: list[EvalSet] | None = None,
 ) -> tuple[dict[str, float], list[dict[str, Any]], list[dict[str, Any]]]:
     """Every eval set of ``task``: (metrics, kept samples, per-problem counts). The sampling
     seed depends on (seed, step) only, so an evaluation is reproducible and independent of how
-    training consumed random numbers. Progress (problems done of all sets) shows as ``desc``."""
+    training consumed random numbers. Progress (problems done of all sets) shows as ``desc``.
+    ``sets``: the eval sets fitted to the model (harness/prompts.py); default: the task's."""
     generator = torch.Generator(engine.device).manual_seed(1_000_003 * (seed + 1) + step)
     metrics: dict[str, float] = {}
     samples: list[dict[str, Any]] = []
     problems: list[dict[str, Any]] = []
     start = time.perf_counter()
-    sets = task.eval_sets()
+    sets = task.eval_sets() if sets is None else sets
     with Progress(sum(len(es.examples) for es in sets), desc, unit="problems",
                   final_line=False) as progress:
         for eval_set in sets:

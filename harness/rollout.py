@@ -14,7 +14,7 @@ import random
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Any, Protocol
 
 import torch
 
@@ -27,6 +27,8 @@ from harness.types import Example, SamplingParams, Score, Trajectory
 
 class RolloutEngine(Protocol):
     pad_token_id: int
+    eos_token_ids: list[int]
+    tokenizer: Any  # a transformers tokenizer (its chat template renders chat prompts)
 
     def encode_prompt(self, example: Example) -> list[int]:
         """Prompt token ids. For an example with images: a ``MultimodalPrompt`` (still a

@@ -226,8 +226,9 @@ class Tracker:
                                   or value is None else json.dumps(value, default=str))
         _retry(self.client.log_table, self.run_id, columns, artifact_path)
 
-    def log_datasets(self, task: Any) -> None:
-        """The train pool and each eval set as MLflow dataset inputs (name, digest, size)."""
+    def log_datasets(self, task: Any, train: list[Any], eval_sets: list[Any]) -> None:
+        """The train pool and each eval set (as fitted to the model: harness/prompts.py) as
+        MLflow dataset inputs (name, digest, size)."""
         if not self.enabled:
             return
         from mlflow.entities import Dataset, DatasetInput, InputTag
@@ -244,11 +245,11 @@ class Tracker:
             return Dataset(name=name, digest=h.hexdigest()[:16], source_type="code",
                            source=source, profile=profile)
 
-        inputs = [DatasetInput(entity(f"{task.name}/train", task.train_examples()),
+        inputs = [DatasetInput(entity(f"{task.name}/train", train),
                                [InputTag("mlflow.data.context", "train")])]
         inputs += [DatasetInput(entity(f"{task.name}/{es.name}", es.examples),
                                 [InputTag("mlflow.data.context", "eval")])
-                   for es in task.eval_sets()]
+                   for es in eval_sets]
         _retry(self.client.log_inputs, self.run_id, datasets=inputs)
 
     def log_model_dir(self, checkpoint: Path) -> None:

@@ -67,6 +67,7 @@ from harness.lifecycle import (
     status_line,
 )
 from harness.manifest import build_manifest, git_label
+from harness.prompts import fit_data
 from harness.registry import BACKENDS, MODELS, TASKS
 from harness.rollout import PromptSampler, RolloutContext, on_policy_rows, rollout_metrics
 from harness.rollout_correction import apply_rollout_correction
@@ -157,7 +158,10 @@ class Trainer:
             for engine in {id(self.engine): self.engine, id(self.rollout_engine):
                            self.rollout_engine}.values():
                 engine.tokenizer.chat_template = cfg.model.chat_template
-        self.sampler = PromptSampler(self.task.train_examples(), cfg.seed)
+        # every prompt checked against the model before anything trains (harness/prompts.py)
+        data = fit_data(cfg, self.rollout_engine, self.model_path, self.task)
+        self.eval_sets = data.eval_sets
+        self.sampler = PromptSampler(data.train, cfg.seed)
         self.sampling = SamplingParams(
             n=cfg.rollout.n, temperature=cfg.rollout.temperature, top_p=cfg.rollout.top_p,
             top_k=cfg.rollout.top_k, max_new_tokens=cfg.rollout.max_new_tokens,
@@ -183,8 +187,9 @@ class Trainer:
             manifest = build_manifest(cfg, self.task.dataset_hash(), self.model_path)
             self.tracker.log_json(manifest, "manifest.json")
             self.tracker.log_text(OmegaConf.to_yaml(cfg, resolve=True), "config.yaml")
+            self.tracker.log_metrics(data.metrics, 0)
             if cfg.tracking.log_datasets:
-                self.tracker.log_datasets(self.task)
+                self.tracker.log_datasets(self.task, data.train, data.eval_sets)
         if cfg.tracking.system_metrics:
             self.tracker.start_system_metrics()
         log.info("[%s] run %s, MLflow %s, output %s", self.run_name, self.tracker.run_id,
@@ -380,7 +385,7 @@ class Trainer:
         metrics, samples, problems = evaluate(
             self.rollout_engine, self.task, self.cfg.seed, self.step,
             samples_to_keep=self.cfg.tracking.log_samples,
-            desc=f"[{self.run_name}] eval step {self.step}")
+            desc=f"[{self.run_name}] eval step {self.step}", sets=self.eval_sets)
         self.eval_history.append({"step": self.step, **metrics})
         self.stage_totals["eval"] += metrics.get("time/eval", 0.0)
         self.tracker.log_metrics(metrics, self.step)

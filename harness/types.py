@@ -18,13 +18,15 @@ import torch
 @dataclass
 class Example:
     """One problem. ``prompt`` is text or a list of chat messages; ``answer``/``meta`` feed the
-    verifier; ``images`` is for multimodal tasks."""
+    verifier; ``images`` is for multimodal tasks. ``prompt_ids`` is set only on a prompt cut to
+    the model's prompt limit (harness/prompts.py): the engines then use these ids as they are."""
 
     id: str
     prompt: str | list[dict[str, Any]]
     answer: Any = None
     meta: dict[str, Any] = field(default_factory=dict)
     images: list[Any] | None = None
+    prompt_ids: list[int] | None = None
 
 
 class MultimodalPrompt(list):

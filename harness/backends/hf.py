@@ -166,6 +166,8 @@ class HFEngine:
 
     def encode_prompt(self, example: Example) -> list[int]:
         """Prompt ids; with images, a :class:`MultimodalPrompt` that carries the pixels."""
+        if example.prompt_ids is not None:  # cut to the prompt limit (harness/prompts.py)
+            return list(example.prompt_ids)
         if example.images:
             return encode_multimodal(example, self.tokenizer, self.processor, self.model.config)
         if isinstance(example.prompt, str):

@@ -247,6 +247,8 @@ class VLLMEngine:
         """Prompt ids; with images, a ``MultimodalPrompt`` built by the model's HF processor
         (the ids the train engine trains on, with the pixel inputs it trains with), whose raw
         images go to vLLM as ``multi_modal_data``."""
+        if example.prompt_ids is not None:  # cut to the prompt limit (harness/prompts.py)
+            return list(example.prompt_ids)
         if example.images:
             from harness.models.multimodal import encode_multimodal
 

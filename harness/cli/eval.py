@@ -37,6 +37,7 @@ from harness.checkpoint import latest_checkpoint
 from harness.components import ConfigError, build
 from harness.config import compose_config
 from harness.evaluation import check_eval_sets, evaluate
+from harness.prompts import fit_data
 from harness.registry import BACKENDS, MODELS, TASKS
 
 EVAL_KIND = "eval"
@@ -184,6 +185,11 @@ def evaluate_checkpoint(kind: str, value: str, cfg: Any, path: str | None = None
         import torch
 
         torch.set_num_threads(cfg.backend.threads)
+    start = time.perf_counter()
+    engine = BACKENDS.get(cfg.backend.rollout)(
+        path, cfg.backend, cfg.seed, attn_implementation=cfg.model.attn_implementation
+    )
+    data = fit_data(cfg, engine, path, task, train=False)  # before a run is opened
     tracker = None
     if cfg.tracking.enabled:
         from harness.tracking import Tracker
@@ -199,19 +205,17 @@ def evaluate_checkpoint(kind: str, value: str, cfg: Any, path: str | None = None
         tracker.start(name, tags)
     status = "FAILED"
     try:
-        start = time.perf_counter()
-        engine = BACKENDS.get(cfg.backend.rollout)(
-            path, cfg.backend, cfg.seed, attn_implementation=cfg.model.attn_implementation
-        )
         metrics, samples, problems = evaluate(engine, task, cfg.seed, step=0,
                                               samples_to_keep=cfg.tracking.log_samples,
-                                              desc=f"eval {Path(path).name}")
+                                              desc=f"eval {Path(path).name}",
+                                              sets=data.eval_sets)
+        metrics.update(data.metrics)
         summary = {"final/" + k[len("eval/"):]: v for k, v in metrics.items()
                    if k.startswith("eval/") and any(
                        f"/{m}_at_" in k for m in ("pass", "mean", "maj"))}
         summary["final/wall_s"] = time.perf_counter() - start
         if tracker is not None:
-            subset = {k: cfg[k] for k in ("task", "model", "backend", "seed")}
+            subset = {k: cfg[k] for k in ("task", "model", "backend", "data", "seed")}
             tracker.log_params(OmegaConf.create(subset))
             tracker.log_text(OmegaConf.to_yaml(cfg, resolve=True), "config.yaml")
             tracker.log_metrics({**metrics, **summary}, step=0)
