@@ -241,6 +241,10 @@ def test_fitting_cuts_drops_or_refuses_exactly_the_overlong_prompts():
     assert exs[1].prompt_ids is None  # the task's own example is left as it was
     kept, counts = fit_examples(exs, _Engine(), limits, 8, _data(filt=True), "task.train", "w")
     assert [k.id for k in kept] == ["a"] and counts["prompts_dropped"] == 2
+    # filtering comes first, whatever data.truncation says (verl's order)
+    kept, counts = fit_examples(exs, _Engine(), limits, 8, _data("left", filt=True),
+                                "task.train", "w")
+    assert [k.id for k in kept] == ["a"] and counts["prompts_truncated"] == 0
     with pytest.raises(ConfigError, match=r"row 1 \(id 'b'\) is 16 tokens, over the prompt "
                                           r"limit of 8 \(w\) \(and 1 more\)"):
         fit_examples(exs, _Engine(), limits, 8, _data(), "task.train", "w")
