@@ -139,3 +139,13 @@ def test_the_ledger_adds_up_the_processes_of_one_run_and_restarts_for_another(tm
     assert json.loads(path.read_text())["metrics"] == {"c": 1}
     store = open_client(t.uri)
     assert len(store.get_metric_history(t.run_id, "a")) == 3
+
+
+def test_rlbench_ui_never_opens_on_a_live_claim(store):
+    from harness.cli.ui import _experiment_id
+
+    held = claim_cell(store.client, store.experiment_id, "ui")
+    assert isinstance(held, Claim)
+    # the newest active experiment is the claim; the fallback passes over it
+    assert _experiment_id(store.uri, "no-such-experiment") == store.experiment_id
+    held.release()
