@@ -145,8 +145,10 @@ class Claim:
         if self._stop.is_set():
             return
         self._stop.set()
+        from harness.tracking import _retry
+
         try:
-            self.client.delete_experiment(self.experiment_id)
+            _retry(self.client.delete_experiment, self.experiment_id)
         except Exception as exc:  # left behind, it is stale once this process has exited
             log.warning("claim %s not released (%s); it lapses when this process exits",
                         self.name, exc)
@@ -170,8 +172,10 @@ def claim_cell(client: Any, experiment_id: str, digest: str,
                tracking_uri: str | None = None) -> Claim | str:
     """Claim cell ``digest`` of experiment ``experiment_id``: a :class:`Claim`, or (the cell is
     busy) the text naming the live process that holds it."""
+    from harness.tracking import _retry  # a locked SQLite file is waited for
+
     for attempt in range(20):
-        found = _generations(client, experiment_id, digest)
+        found = _retry(_generations, client, experiment_id, digest)
         top = max(found, default=-1)
         if top >= 0:
             exp = found[top]
@@ -181,7 +185,7 @@ def claim_cell(client: Any, experiment_id: str, digest: str,
         try:
             claim_id = client.create_experiment(name, tags=identity())
         except Exception as exc:  # taken a moment ago by another process: read again
-            if "exist" not in str(exc).lower():
+            if not any(s in str(exc).lower() for s in ("exist", "locked")):
                 raise
             time.sleep(0.05 * (attempt + 1))
             continue
