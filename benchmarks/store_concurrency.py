@@ -231,6 +231,18 @@ def open_store(tracking_uri: str, experiment: str) -> None:
     Tracker(tracking_uri, experiment)
 
 
+def _prepare(workdir: Path, cache: Path | None, build_model: bool, tracking_uri: str,
+             experiment: str) -> tuple[Path, Path]:
+    """The resolved workdir and model cache (the tiny model built there when asked), and the
+    store and experiment created before any cell starts."""
+    workdir = Path(workdir).resolve()
+    cache = Path(cache) if cache else workdir / "model-cache"
+    if build_model:
+        ensure_model(cache)
+    open_store(tracking_uri, experiment)
+    return workdir, cache
+
+
 def run_cells(tracking_uri: str, workdir: Path, cells: int = 8, *, cache: Path | None = None,
               experiment: str = "store-concurrency", seed0: int = 0, build_model: bool = True,
               extra: Sequence[str] = (), timeout_s: float = 900) -> dict[str, Any]:
@@ -240,11 +252,7 @@ def run_cells(tracking_uri: str, workdir: Path, cells: int = 8, *, cache: Path |
     (exit code, stderr tail)."""
     from mlflow.tracking import MlflowClient
 
-    workdir = Path(workdir).resolve()
-    cache = Path(cache) if cache else workdir / "model-cache"
-    if build_model:
-        ensure_model(cache)
-    open_store(tracking_uri, experiment)
+    workdir, cache = _prepare(workdir, cache, build_model, tracking_uri, experiment)
     t0 = time.monotonic()
     dirs = [workdir / f"cell{i}" for i in range(cells)]
     procs = [_launch(tracking_uri, d, cache,
@@ -299,11 +307,7 @@ def duplicate_launch(tracking_uri: str, workdir: Path, copies: int = 2, delay_s:
     each later one started, and which copies said ``claimed``."""
     from mlflow.tracking import MlflowClient
 
-    workdir = Path(workdir).resolve()
-    cache = Path(cache) if cache else workdir / "model-cache"
-    if build_model:
-        ensure_model(cache)
-    open_store(tracking_uri, experiment)
+    workdir, cache = _prepare(workdir, cache, build_model, tracking_uri, experiment)
     t0 = time.monotonic()
     procs, first_running = [], []
     dirs = [workdir / f"copy{i}" for i in range(copies)]
