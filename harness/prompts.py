@@ -6,8 +6,9 @@ template applied), and must fit the model:
 
 * **Length.** With ``C`` the model's context (``max_position_embeddings`` of its config, GPT-2's
   ``n_positions``; else the tokenizer's ``model_max_length``) and ``R`` the most tokens a
-  response may take (``rollout.max_new_tokens``; a multi-turn task's ``max_total_tokens``; an
-  eval set's own ``max_new_tokens``), a prompt may take ``L = data.max_prompt_length`` tokens,
+  response may take (``rollout.max_new_tokens``, or an eval set's own ``max_new_tokens``; for a
+  multi-turn task ``max_total_tokens`` plus that, since a segment is sampled in full before it is
+  cut to ``max_total_tokens``), a prompt may take ``L = data.max_prompt_length`` tokens,
   or ``C - R`` when that is null; ``L + R > C`` is refused. So prompt plus response never
   exceeds the context, in rollout or in training. A longer prompt is handled by
   ``data.filter_overlong_prompts=true`` (dropped) or else ``data.truncation``: ``error`` (the
@@ -221,20 +222,24 @@ def fit_data(cfg: Any, engine: Any, model_path: str, task: Task, train: bool = T
         metrics.update({f"data/{name}/{k}": v for k, v in counts.items()})
         return kept
 
+    env = task.tool_env()
+
+    def response(max_new: int, key: str) -> tuple[int, str]:
+        if env is None:
+            return max_new, key
+        # multi-turn: a segment of up to max_new tokens is sampled after as many as
+        # max_total - 1 response tokens before it is cut to max_total (harness/multiturn.py)
+        total = int(env.max_total_tokens)
+        return total + min(max_new, total), f"the task's max_total_tokens + {key}"
+
     pool: list[Example] = []
     if train:
-        env = task.tool_env()
-        response, key = ((int(env.max_total_tokens), "the task's max_total_tokens")
-                         if env is not None else
-                         (int(cfg.rollout.max_new_tokens), "rollout.max_new_tokens"))
-        pool = fit(task.train_examples(), "train", "task.train", response, key)
+        pool = fit(task.train_examples(), "train", "task.train",
+                   *response(int(cfg.rollout.max_new_tokens), "rollout.max_new_tokens"))
     sets = []
-    env = task.tool_env()
     for es in task.eval_sets():
-        response, key = ((int(env.max_total_tokens), "the task's max_total_tokens")
-                         if env is not None else
-                         (int(es.protocol.max_new_tokens),
-                          f"the max_new_tokens of eval set {es.name!r}"))
+        length, key = response(int(es.protocol.max_new_tokens),
+                               f"the max_new_tokens of eval set {es.name!r}")
         sets.append(dataclasses.replace(
-            es, examples=fit(es.examples, es.name, f"eval set {es.name!r}", response, key)))
+            es, examples=fit(es.examples, es.name, f"eval set {es.name!r}", length, key)))
     return FittedData(pool, sets, metrics)

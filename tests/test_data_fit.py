@@ -283,3 +283,27 @@ def test_a_tokenizer_without_pad_pads_with_eos_and_says_so(gpt2, caplog):
         check_special_tokens(engine, model_limits(str(gpt2), engine.tokenizer))
     assert engine.pad_token_id == engine.tokenizer.eos_token_id
     assert "has no pad token: padding with EOS" in caplog.text
+
+
+def test_a_multi_turn_task_reserves_its_whole_response_side_plus_one_segment(monkeypatch):
+    """A multi-turn segment of up to max_new_tokens is sampled after as many as
+    max_total_tokens - 1 response tokens (then cut): the prompt limit leaves room for both."""
+    import harness.prompts as prompts
+    from harness.task import EvalProtocol, EvalSet
+
+    monkeypatch.setattr(prompts, "model_limits",
+                        lambda path, tok: ModelLimits(64, "ctx", 1000, path))
+    engine = _Engine()
+    engine.tokenizer.pad_token_id, engine.eos_token_ids, engine.pad_token_id = 0, [0], 0
+    exs = [Example(str(n), "x" * n) for n in (30, 36, 37)]
+    task = SimpleNamespace(
+        tool_env=lambda: SimpleNamespace(max_total_tokens=20),
+        train_examples=lambda: exs,
+        eval_sets=lambda: [EvalSet("dev", exs, EvalProtocol(max_new_tokens=4))])
+    cfg = SimpleNamespace(data=SimpleNamespace(truncation="error", filter_overlong_prompts=True,
+                                               max_prompt_length=None),
+                          rollout=SimpleNamespace(max_new_tokens=8))
+    data = prompts.fit_data(cfg, engine, "m", task)
+    assert [e.id for e in data.train] == ["30", "36"]  # limit 64 - (20 + 8) = 36
+    assert [e.id for e in data.eval_sets[0].examples] == ["30", "36", "37"]  # 64 - (20 + 4)
+    assert data.metrics["data/train/prompts_dropped"] == 1.0
