@@ -81,7 +81,7 @@ def resume_mode(value: Any) -> str:
 
 @dataclass
 class CellPlan:
-    action: str  # "skip" | "resume" | "fresh"
+    action: str  # "skip" | "busy" (another live process holds it) | "resume" | "fresh"
     config_hash: str
     run_id: str | None = None
     checkpoint: Path | None = None
@@ -111,7 +111,7 @@ def plan_cell(cfg: Any, client: Any | None, experiment_id: str | None,
     if client is not None:
         held = claim_cell(client, experiment_id, digest, tracking_uri)
         if isinstance(held, str):
-            return CellPlan("skip", digest, reason=f"cell {digest} is claimed by {held}, which "
+            return CellPlan("busy", digest, reason=f"cell {digest} is claimed by {held}, which "
                                                    "is training it")
         claim = held
     try:

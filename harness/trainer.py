@@ -123,7 +123,7 @@ class Trainer:
         self.plan = plan_cell(cfg, self.tracker.client if self.tracker.enabled else None,
                               self.tracker.experiment_id if self.tracker.enabled else None,
                               self.tracker.uri)
-        if self.plan.action == "skip":
+        if self.plan.action in ("skip", "busy"):
             return self.plan
         if self.plan.output_dir is not None:  # keep writing where the run started
             self.output_dir = self.plan.output_dir
@@ -422,7 +422,7 @@ class Trainer:
         handlers = install_handlers(self._request_stop)
         status = "FAILED"
         try:
-            if self.setup().action == "skip":
+            if self.setup().action in ("skip", "busy"):
                 status = "SKIPPED"
                 log.info("[%s] skipped: %s", self.run_name, self.plan.reason)
                 return self.tracker.summary_of(self.plan.run_id) if self.plan.run_id else {}

@@ -149,3 +149,23 @@ def test_rlbench_ui_never_opens_on_a_live_claim(store):
     # the newest active experiment is the claim; the fallback passes over it
     assert _experiment_id(store.uri, "no-such-experiment") == store.experiment_id
     held.release()
+
+
+def test_plan_cell_finds_a_claimed_cell_busy_and_a_finished_one_skipped(tmp_path, model_cache):
+    from harness.cells import plan_cell
+    from tests.conftest import make_config
+
+    cfg = make_config(tmp_path, model_cache)
+    tracker = Tracker(cfg.tracking.uri, cfg.tracking.experiment)
+    first = plan_cell(cfg, tracker.client, tracker.experiment_id, tracker.uri)
+    assert first.action == "fresh" and first.claim is not None
+    second = plan_cell(cfg, tracker.client, tracker.experiment_id, tracker.uri)
+    assert second.action == "busy" and second.claim is None
+    assert f"cell {first.config_hash} is claimed by pid" in second.reason
+    tracker.start("r", {"rlbench.config_hash": first.config_hash})
+    tracker.end("FINISHED")
+    first.release()
+    third = plan_cell(cfg, tracker.client, tracker.experiment_id, tracker.uri)
+    assert third.action == "skip" and third.claim is None
+    # the skip released its claim: a later plan is not told the cell is busy
+    assert plan_cell(cfg, tracker.client, tracker.experiment_id, tracker.uri).action == "skip"

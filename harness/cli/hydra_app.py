@@ -232,7 +232,7 @@ def _cell_done(outcome: str) -> None:
     done = list(Path(markers).iterdir())
     k = len(done)
     elapsed = time.time() - float(os.environ.get(START_ENV, time.time()))
-    skipped = sum(p.suffix == ".skipped" for p in done)
+    skipped = sum(p.suffix in (".skipped", ".busy") for p in done)
     failed = sum(p.suffix == ".failed" for p in done)
     ran = k - skipped - failed
     eta = ""
@@ -270,7 +270,8 @@ def _train_job(cfg: Any) -> Any:
     try:
         trainer = guarded(Trainer, cfg, run_dir)
         summary = guarded(trainer.fit)
-        outcome = "skipped" if trainer.plan and trainer.plan.action == "skip" else "done"
+        action = trainer.plan.action if trainer.plan else ""
+        outcome = {"skip": "skipped", "busy": "busy"}.get(action, "done")
         return summary
     except SystemExit as exc:
         outcome = "bad_input" if exc.code == 2 else "failed"
@@ -280,7 +281,7 @@ def _train_job(cfg: Any) -> Any:
             _cell_done("failed" if outcome == "bad_input" else outcome)
         wrote = trainer is not None and trainer.output_dir == run_dir and (
             run_dir / "checkpoints").exists()
-        if outcome in ("skipped", "bad_input") and not wrote:
+        if outcome in ("skipped", "busy", "bad_input") and not wrote:
             # nothing of the run is there (the reason was printed): no empty run directory
             shutil.rmtree(run_dir, ignore_errors=True)
             with contextlib.suppress(OSError):  # and no empty outputs/ either
@@ -329,7 +330,8 @@ def run(command: str, args: list[str]) -> None:
         # printed, not logged: Hydra's job logging of the last cell owns the handlers by now
         lines = [f"sweep finished in {elapsed}: {len(done)}/{len(cells)} cells "
                  f"({done.count('.done')} trained, {done.count('.skipped')} skipped as "
-                 f"FINISHED, {done.count('.failed')} failed)"]
+                 f"FINISHED, {done.count('.busy')} skipped as claimed by another process, "
+                 f"{done.count('.failed')} failed)"]
         if cfg.tracking.enabled:
             from harness.tracking import resolve_tracking_uri
 
