@@ -1,20 +1,22 @@
-"""``rlbench list`` (what is registered, plugins included, and the algorithm x task compatibility
-matrix) and ``rlbench pretrain``."""
+"""``rlbench list``: what is registered (plugins included) and the algorithm x task
+compatibility matrix."""
 
 from __future__ import annotations
 
-from harness.config import CONF_DIR, compose_config
+from collections.abc import Sequence
+
+from harness.config import CONF_DIR
 
 
 def _first_line(doc: str | None) -> str:
     return (doc or "").strip().splitlines()[0] if (doc or "").strip() else ""
 
 
-def cmd_list(kind: str | None) -> None:
-    from harness.cli.main import LIST_KINDS
+def cmd_list(kinds: Sequence[str]) -> None:
+    """Print each of ``kinds`` (names in ``rlbench list``'s choices)."""
     from harness.registry import ALGORITHMS, BACKENDS, TASKS, VERIFIERS
 
-    for k in [kind] if kind else list(LIST_KINDS):
+    for k in kinds:
         print(f"{k}:")
         if k in ("algorithms", "tasks", "verifiers"):
             registry = {"algorithms": ALGORITHMS, "tasks": TASKS, "verifiers": VERIFIERS}[k]
@@ -29,15 +31,3 @@ def cmd_list(kind: str | None) -> None:
             from harness.compat import format_matrix
 
             print("\n".join(f"  {line}" for line in format_matrix(CONF_DIR).splitlines()))
-
-
-def cmd_pretrain(overrides: list[str], force: bool) -> None:
-    from harness.components import build
-    from harness.config import validate_config
-    from harness.registry import MODELS, TASKS
-
-    cfg = compose_config(overrides)
-    validate_config(cfg)
-    task = build(TASKS, cfg.task, "task")
-    path = MODELS.get(cfg.model.source)(cfg.model, task, progress=True, force=force)
-    print(path)

@@ -51,10 +51,6 @@ class Command:
     run: Callable[[argparse.Namespace, list[str]], None]
 
 
-def _no_arguments(parser: argparse.ArgumentParser) -> None:
-    pass
-
-
 # -- list ---------------------------------------------------------------------------------------
 def _list_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("kind", nargs="?", choices=LIST_KINDS)
@@ -63,7 +59,7 @@ def _list_arguments(parser: argparse.ArgumentParser) -> None:
 def _list(args: argparse.Namespace, rest: list[str]) -> None:
     from harness.cli.listing import cmd_list
 
-    cmd_list(args.kind)
+    cmd_list([args.kind] if args.kind else LIST_KINDS)
 
 
 # -- pretrain -----------------------------------------------------------------------------------
@@ -72,7 +68,7 @@ def _pretrain_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _pretrain(args: argparse.Namespace, rest: list[str]) -> None:
-    from harness.cli.listing import cmd_pretrain
+    from harness.cli.pretrain import cmd_pretrain
 
     guarded(cmd_pretrain, rest, args.force)
 

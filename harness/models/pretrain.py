@@ -12,6 +12,7 @@ from __future__ import annotations
 import dataclasses
 import random
 import time
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -21,16 +22,21 @@ from harness.progress import Progress
 IGNORE = -100
 
 
-def encode_pairs(tokenizer: Any, pairs: list[tuple[Any, str]], vision: Any = None
-                 ) -> tuple[torch.Tensor, ...]:
+# a vision-language model's prompt encoder: (tokenizer, model config, example) -> (ids, pixels)
+MultimodalEncoder = Callable[[Any, Any, Any], tuple[list[int], dict[str, torch.Tensor]]]
+
+
+def encode_pairs(tokenizer: Any, pairs: list[tuple[Any, str]], vision: Any = None,
+                 encode_prompt: MultimodalEncoder | None = None) -> tuple[torch.Tensor, ...]:
     """Right-padded ``input_ids``, ``attention_mask`` and ``labels`` (prompt masked). With a
-    vision-language model's config ``vision`` (the tiny VLM), prompts start with the image
-    placeholders and a fourth tensor holds each row's pixels [N, n_images, 3, S, S]."""
+    vision-language model's config ``vision`` and its ``encode_prompt`` (the tiny VLM's),
+    prompts start with the image placeholders and a fourth tensor holds each row's pixels
+    [N, n_images, 3, S, S]."""
     rows, pixels = [], []
     for example, completion in pairs:
         if vision is not None:
-            from harness.models.tiny_vlm import encode_prompt
-
+            if encode_prompt is None:
+                raise ValueError("a vision-language model's warm start needs its encode_prompt")
             prompt, mm = encode_prompt(tokenizer, vision, example)
             pixels.append(mm["pixel_values"])
         else:
@@ -77,12 +83,13 @@ def supervised_warmstart(
     pairs: list[tuple[Any, str]],
     cfg: Any,
     progress: bool = True,
+    encode_prompt: MultimodalEncoder | None = None,
 ) -> dict[str, Any]:
     if not pairs:
         raise ValueError("warm-start needs at least one (prompt, completion) pair")
     pairs = with_noise_prefixes(pairs, cfg)
     vision = model.config if getattr(model.config, "image_token_id", None) is not None else None
-    ids, mask, labels, *pixels = encode_pairs(tokenizer, pairs, vision)
+    ids, mask, labels, *pixels = encode_pairs(tokenizer, pairs, vision, encode_prompt)
     gen = torch.Generator().manual_seed(cfg.seed)
     optim = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
     warmup = max(cfg.warmup_steps, 1)

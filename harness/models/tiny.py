@@ -128,9 +128,11 @@ def resolve_tiny(model_cfg: Any, task: Task, progress: bool = True, force: bool 
 
 def warm_start_cached(model_cfg: Any, task: Task, pairs: list[tuple[Any, str]], key: str,
                       build: Callable[[], tuple[Any, Any]], progress: bool = True,
-                      force: bool = False) -> str:
+                      force: bool = False, encode_prompt: Callable[..., Any] | None = None
+                      ) -> str:
     """The cache directory ``<name>-<task>-<variant>-<key>`` of a locally built model: when
-    missing (or ``force``), ``build() -> (model, tokenizer)``, warm-start it on ``pairs`` and
+    missing (or ``force``), ``build() -> (model, tokenizer)``, warm-start it on ``pairs`` (a
+    vision-language model's prompts encoded by its ``encode_prompt``) and
     save it in Hugging Face format."""
     from harness.models.pretrain import supervised_warmstart
 
@@ -140,7 +142,8 @@ def warm_start_cached(model_cfg: Any, task: Task, pairs: list[tuple[Any, str]], 
         return str(target)
     target.parent.mkdir(parents=True, exist_ok=True)
     model, tokenizer = build()
-    report = supervised_warmstart(model, tokenizer, pairs, model_cfg.pretrain, progress=progress)
+    report = supervised_warmstart(model, tokenizer, pairs, model_cfg.pretrain, progress=progress,
+                                  encode_prompt=encode_prompt)
     tmp = Path(tempfile.mkdtemp(prefix=".building-", dir=target.parent))
     model.save_pretrained(tmp)
     save_tokenizer(tokenizer, tmp)

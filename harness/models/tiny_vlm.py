@@ -242,4 +242,4 @@ def resolve_tiny_vlm(model_cfg: Any, task: Task, progress: bool = True,
         return model, tokenizer
 
     return warm_start_cached(model_cfg, task, pairs, tiny_vlm_key(model_cfg, task, pairs), build,
-                             progress, force)
+                             progress, force, encode_prompt=encode_prompt)

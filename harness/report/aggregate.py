@@ -145,7 +145,7 @@ class Aggregate:
 def task_scores(title: str, rows: list[Row], duplicates: list, cfg: BoardConfig) -> TaskScores:
     """Final scores of one board group; refuses duplicated cells and an algorithm with several
     rows (configurations) on the task."""
-    from harness.report.board import _primary, _specs
+    from harness.report.tables import primary_spec, specs_of
 
     if duplicates:
         cells = "; ".join(f"{row.key} seed {seed}: runs {', '.join(r.shown_id[:8] for r in runs)}"
@@ -160,7 +160,7 @@ def task_scores(title: str, rows: list[Row], duplicates: list, cfg: BoardConfig)
     if several:
         raise BoardError(f"{title}: the suite aggregate needs one row per algorithm and task; "
                          f"{'; '.join(f'{a}: rows {ks}' for a, ks in sorted(several.items()))}")
-    prim = _primary(_specs(rows, cfg))
+    prim = primary_spec(specs_of(rows, cfg.select.eval_set if cfg.select else None))
     if prim is None:
         raise BoardError(f"{title}: no final/<set>/pass_at_<k> metric was logged")
     final, start = f"final/{prim.name}", f"start/{prim.name}"

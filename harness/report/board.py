@@ -58,35 +58,26 @@ from harness.report.page import Page, commits_line, render_markdown
 from harness.report.plots import write_plots
 from harness.report.provenance import clean_checkout, display_tracking_uri, export_runs, reproduce
 from harness.report.stats import interval, paired_interval
-from harness.report.tables import COSTS, DYNAMICS, Row, Spec, cell, late_means, render_csv, table
+from harness.report.tables import (
+    COSTS,
+    DYNAMICS,
+    Row,
+    Spec,
+    cell,
+    late_means,
+    primary_spec,
+    render_csv,
+    specs_of,
+    table,
+)
 from harness.report.verdict import Verdict, judge, plan_lines
 
 __all__ = ["BoardConfig", "build_leaderboards", "display_tracking_uri", "load_config"]
 
-_SPEC_RE = re.compile(r"^final/(.+)/(pass|mean|maj)_at_(\d+)$")
 EXPORT = "runs.jsonl.gz"
 
 
 # ---------------------------------------------------------------------------------- rows
-
-def _specs(rows: list[Row], cfg: BoardConfig) -> list[Spec]:
-    skip = cfg.select.eval_set if cfg.select else None  # the selection split is not reported
-    found = {Spec(m.group(1), m.group(2), int(m.group(3)))
-             for row in rows for r in row.runs.values() for key in r.metrics
-             if (m := _SPEC_RE.match(key)) and m.group(1) != skip}
-    return sorted(found, key=Spec.sort_key)
-
-
-def _primary(specs: list[Spec], declared: str | None = None) -> Spec | None:
-    """The plan's declared metric when logged; else the first eval set (by name) at pass@1,
-    else its smallest pass@k, else its first metric."""
-    if not specs:
-        return None
-    if declared is not None:
-        return next((s for s in specs if s.name == declared), None)
-    first = [s for s in specs if s.eval_set == specs[0].eval_set]
-    return min(first, key=lambda s: (s.kind != "pass", s.k != 1, s.k))
-
 
 def _pair(rows: list[Row], cfg: BoardConfig, default: str) -> None:
     """Baseline of each row: its runs' ``rlbench.baseline`` tag, else ``cfg.pairs`` for
@@ -292,8 +283,8 @@ def _write_group(client: MlflowClient, history: History, d: Path, title: str, gr
                  cfg: BoardConfig, default: str, head: list[str], export: bool,
                  ) -> tuple[list[Path], str]:
     rows = group.rows
-    specs = _specs(rows, cfg)
-    prim = _primary(specs, cfg.plan.primary)
+    specs = specs_of(rows, cfg.select.eval_set if cfg.select else None)
+    prim = primary_spec(specs, cfg.plan.primary)
     if prim is None and cfg.plan.primary is not None:
         raise BoardError(f"{title}: the plan's primary metric {cfg.plan.primary!r} "
                          f"({cfg.source}) was not logged; logged: "
@@ -381,7 +372,7 @@ def _log(client: MlflowClient, exp_id: str, group: Group, key: tuple[str, str, s
                       *quality_table(page.rows, page.specs), "",
                       "Artifacts: leaderboard.md, leaderboard.csv, leaderboard_table.json, "
                       "runs.json, PNG curves."])
-    prim = _primary(page.specs, cfg.plan.primary)
+    prim = primary_spec(page.specs, cfg.plan.primary)
     grids = {f"{row}": ",".join(f"{v}:{iv.mean:.6g}" for v, iv in grid) + f"|{chosen}"
              for row, grid, chosen in page.selection}
     log_leaderboard(

@@ -12,6 +12,7 @@ import csv
 import fnmatch
 import io
 import math
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -81,6 +82,29 @@ class Cost:
     fmt: str
     lower_is_best: bool
     optional: bool  # shown in markdown only when some run logged it
+
+
+SPEC_RE = re.compile(r"^final/(.+)/(pass|mean|maj)_at_(\d+)$")
+
+
+def specs_of(rows: list[Row], skip: str | None = None) -> list[Spec]:
+    """Every quality metric the rows' runs logged (``final/<set>/<kind>_at_<k>``), but those of
+    eval set ``skip`` (a board's selection split, never reported)."""
+    found = {Spec(m.group(1), m.group(2), int(m.group(3)))
+             for row in rows for r in row.runs.values() for key in r.metrics
+             if (m := SPEC_RE.match(key)) and m.group(1) != skip}
+    return sorted(found, key=Spec.sort_key)
+
+
+def primary_spec(specs: list[Spec], declared: str | None = None) -> Spec | None:
+    """The plan's declared metric when logged; else the first eval set (by name) at pass@1,
+    else its smallest pass@k, else its first metric."""
+    if not specs:
+        return None
+    if declared is not None:
+        return next((s for s in specs if s.name == declared), None)
+    first = [s for s in specs if s.eval_set == specs[0].eval_set]
+    return min(first, key=lambda s: (s.kind != "pass", s.k != 1, s.k))
 
 
 COSTS = (
