@@ -182,11 +182,3 @@ def register_rollout(name: str) -> Callable[[T], T]:
 
 def register_verifier(name: str) -> Callable[[T], T]:
     return VERIFIERS.register(name)
-
-
-def register_backend(name: str) -> Callable[[T], T]:
-    return BACKENDS.register(name)
-
-
-def register_model(name: str) -> Callable[[T], T]:
-    return MODELS.register(name)

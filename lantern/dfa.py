@@ -112,10 +112,6 @@ def validate_dfa(dfa: Dfa, events: list[str] | None = None) -> Dfa:
 # -- the template parser ----------------------------------------------------------------------
 
 
-def _sentence(steps: list[str], hazard: str | None) -> str:
-    return ", then ".join(steps) + (f", avoiding {hazard}" if hazard else "")
-
-
 def state_description(remaining: list[str], hazard: str | None) -> str:
     """desc(ω) of a sequence task's state: the subgoal the agent must achieve next.
 

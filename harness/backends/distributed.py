@@ -229,7 +229,3 @@ def _clip_grad_by_total_norm_cpu(parameters: Any, max_norm: float, total_norm: f
         grad = getattr(param, attr, None)
         if grad is not None:
             grad.detach().mul_(coeff)
-
-
-def megatron_cpu_enabled() -> bool:
-    return _CPU_TORCH is not None

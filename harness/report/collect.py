@@ -287,8 +287,3 @@ def collect(client: MlflowClient, exp_id: str, cfg: BoardConfig,
             groups[group_key(r)].excluded[r.info.status] += 1
     return groups, len(others)
 
-
-def runs_metadata(rows: list[Row]) -> dict[str, Any]:
-    """What the header says about where the runs came from: named sweeps and code commits."""
-    runs = [r for row in rows for r in row.runs.values()]
-    return {"sweeps": Counter(r.sweep for r in runs), "commits": Counter(r.commit for r in runs)}
