@@ -93,6 +93,10 @@ class CellPlan:
         if self.claim is not None:
             self.claim.release()
 
+    def lost(self) -> bool:
+        """Another process took the cell over (this one's heartbeat was presumed gone)."""
+        return self.claim is not None and self.claim.lost.is_set()
+
 
 def _runs_with_hash(client: Any, experiment_id: str, digest: str) -> list[Any]:
     runs = client.search_runs(

@@ -23,7 +23,11 @@ A process wanting the cell reads the highest generation:
 "Gone": on the same host (same boot id), the holder's pid no longer runs the process that made
 the claim (its start time differs, so a reused pid is not mistaken for it); on another host, its
 heartbeat is older than :data:`STALE_AFTER_S` (a SIGKILLed job, a lost node). A stale claim is
-taken over by creating the next generation, which again only one process can do. Released claims
+taken over by creating the next generation, which again only one process can do; the old holder,
+if it was alive after all (cut off from the store, its clock wrong), sees the newer generation at
+its next heartbeat and stops its run (``Claim.lost``). A claim's create that committed but
+answered an error (an HTTP client's retry) is recognised as its own by a nonce tag. A ``file:``
+store has no atomic create: claims there are best effort (warned). Released claims
 stay as deleted experiments (hidden in the MLflow UI; ``mlflow gc`` may purge them); a live one
 is visible in the UI's experiment list while its cell trains.
 """
@@ -32,20 +36,23 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import math
 import os
 import socket
 import threading
 import time
+import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlparse
 
 log = logging.getLogger("rlbench")
 
 PREFIX = "rlbench.claim"
 HEARTBEAT_S = 30.0
 STALE_AFTER_S = 300.0
-TAG = "rlbench.claim."  # holder tags: host, boot, pid, pid_start, heartbeat, run_id
+TAG = "rlbench.claim."  # holder tags: host, boot, pid, pid_start, heartbeat, nonce, run_id
 
 
 def _boot_id() -> str:
@@ -97,7 +104,9 @@ def holder_alive(tags: dict[str, str], now: float | None = None) -> bool:
         beat = float(tags.get(f"{TAG}heartbeat", "0"))
     except ValueError:
         return False
-    return (time.time() if now is None else now) - beat < STALE_AFTER_S
+    age = (time.time() if now is None else now) - beat
+    # a beat from the future beyond the window is a clock gone wrong, not a live holder
+    return math.isfinite(age) and -STALE_AFTER_S < age < STALE_AFTER_S
 
 
 def holder_text(tags: dict[str, str]) -> str:
@@ -112,15 +121,20 @@ def claim_name(experiment_id: str, digest: str, generation: int) -> str:
 
 @dataclass
 class Claim:
-    """A held claim: refreshed by a heartbeat thread until :meth:`release`."""
+    """A held claim: refreshed by a heartbeat thread until :meth:`release`. ``lost`` is set when
+    the heartbeat finds that another process took the cell over (this one was presumed gone):
+    the trainer then stops rather than train the cell twice."""
 
     client: Any
     experiment_id: str  # the claim's own experiment
     name: str
+    lost: threading.Event = field(default_factory=threading.Event)
     _stop: threading.Event = field(default_factory=threading.Event)
     _thread: threading.Thread | None = None
 
     def start_heartbeat(self, tracking_uri: str, every_s: float = HEARTBEAT_S) -> None:
+        experiment_id, digest, generation = self.name[len(PREFIX) + 1:].split("/")
+
         def beat() -> None:
             from mlflow.tracking import MlflowClient
 
@@ -129,6 +143,11 @@ class Claim:
                 try:
                     client.set_experiment_tag(self.experiment_id, f"{TAG}heartbeat",
                                               f"{time.time():.3f}")
+                    if max(_generations(client, experiment_id, digest)) > int(generation):
+                        log.error("claim %s was taken over by another process: stopping",
+                                  self.name)
+                        self.lost.set()
+                        return
                 except Exception as exc:  # a store hiccup must not stop training
                     log.warning("claim %s: heartbeat not recorded (%s)", self.name, exc)
 
@@ -174,6 +193,10 @@ def claim_cell(client: Any, experiment_id: str, digest: str,
     busy) the text naming the live process that holds it."""
     from harness.tracking import _retry  # a locked SQLite file is waited for
 
+    if urlparse(str(client.tracking_uri)).scheme in ("", "file"):
+        log.warning("cell claims on a file store (%s) are not atomic: two launches of one cell "
+                    "at once may both train it; use an SQLite file or a tracking server",
+                    client.tracking_uri)
     for attempt in range(20):
         found = _retry(_generations, client, experiment_id, digest)
         top = max(found, default=-1)
@@ -182,13 +205,19 @@ def claim_cell(client: Any, experiment_id: str, digest: str,
             if exp.lifecycle_stage == "active" and holder_alive(exp.tags):
                 return holder_text(exp.tags)
         name = claim_name(experiment_id, digest, top + 1)
+        me = {**identity(), f"{TAG}nonce": uuid.uuid4().hex}
         try:
-            claim_id = client.create_experiment(name, tags=identity())
+            claim_id = client.create_experiment(name, tags=me)
         except Exception as exc:  # taken a moment ago by another process: read again
             if not any(s in str(exc).lower() for s in ("exist", "locked")):
                 raise
-            time.sleep(0.05 * (attempt + 1))
-            continue
+            # a create that committed but answered an error (an HTTP retry) is this one's own
+            mine = _retry(_generations, client, experiment_id, digest).get(top + 1)
+            if mine is not None and mine.tags.get(f"{TAG}nonce") == me[f"{TAG}nonce"]:
+                claim_id = mine.experiment_id
+            else:
+                time.sleep(0.05 * (attempt + 1))
+                continue
         claim = Claim(client, claim_id, name)
         if tracking_uri is not None:
             claim.start_heartbeat(tracking_uri)

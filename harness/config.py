@@ -254,6 +254,7 @@ _CHOICES = {
     "trainer.rollout_correction.mode": ("none", "token_truncate", "token_mask",
                                         "sequence_truncate", "sequence_mask"),
     "backend.vllm.sleep_level": (0, 1, 2),
+    "data.truncation": ("error", "left", "right", "middle"),
     "backend.megatron.transformer_impl": ("local", "transformer_engine"),
     "backend.megatron.recompute_granularity": (None, "full", "selective"),
 }
@@ -286,9 +287,11 @@ def validate_config(cfg: DictConfig) -> None:
             f"model.path={cfg.model.path!r} is not read by model={cfg.model.name} (source "
             f"{cfg.model.source!r}: built locally): to train the model at that path, add "
             "model=hf")
-    for key in ("trainer.steps", "data.prompts_per_step", "rollout.n", "trainer.epochs"):
-        if OmegaConf.select(cfg, key) < 1:
-            raise ConfigError(f"{key} must be >= 1, got {OmegaConf.select(cfg, key)}")
+    for key in ("trainer.steps", "data.prompts_per_step", "rollout.n", "trainer.epochs",
+                "data.max_prompt_length"):
+        value = OmegaConf.select(cfg, key)
+        if value is not None and value < 1:  # data.max_prompt_length may be null
+            raise ConfigError(f"{key} must be >= 1, got {value}")
     if cfg.rollout.temperature <= 0:
         raise ConfigError(f"rollout.temperature must be > 0, got {cfg.rollout.temperature}")
     if cfg.trainer.rollout_correction.cap <= 0:

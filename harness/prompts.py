@@ -44,7 +44,6 @@ from harness.types import Example
 
 log = logging.getLogger("rlbench")
 
-TRUNCATION = ("error", "left", "right", "middle")
 # a tokenizer's model_max_length above this is transformers' "no limit" sentinel
 NO_LIMIT = 10**8
 
@@ -180,6 +179,8 @@ def fit_examples(examples: list[Example], engine: Any, limits: ModelLimits, limi
             f"({why}){more}: cut prompts with data.truncation=left|right|middle, drop them with "
             "data.filter_overlong_prompts=true, or allow longer prompts (a shorter "
             "rollout.max_new_tokens, data.max_prompt_length)")
+    if not examples:
+        raise ConfigError(f"{where} has no prompts")
     if not kept:
         raise ConfigError(f"every prompt of {where} is over the prompt limit of {limit} ({why}) "
                           "and data.filter_overlong_prompts=true drops them all")
@@ -199,16 +200,11 @@ class FittedData:
     metrics: dict[str, float]  # data/<set>/prompts, prompts_dropped, prompts_truncated
 
 
-def fit_data(cfg: Any, engine: Any, model_path: str, task: Task, train: bool = True
-             ) -> FittedData:
-    """The train pool (when ``train``) and every eval set of ``task``, fitted to the model."""
+def fit_data(cfg: Any, engine: Any, model_path: str, task: Task, train: bool = True,
+             evals: bool = True) -> FittedData:
+    """The train pool (when ``train``) and every eval set of ``task`` (when ``evals``: a run
+    that never evaluates leaves them unread), fitted to the model."""
     data = cfg.data
-    if data.truncation not in TRUNCATION:
-        raise ConfigError(f"data.truncation={data.truncation!r} is not one of "
-                          f"{', '.join(TRUNCATION)}")
-    if data.max_prompt_length is not None and data.max_prompt_length < 1:
-        raise ConfigError(f"data.max_prompt_length={data.max_prompt_length} must be >= 1 "
-                          "(null: the model's context minus the response length)")
     limits = model_limits(model_path, engine.tokenizer)
     check_special_tokens(engine, limits)
     metrics: dict[str, float] = {}
@@ -237,7 +233,7 @@ def fit_data(cfg: Any, engine: Any, model_path: str, task: Task, train: bool = T
         pool = fit(task.train_examples(), "train", "task.train",
                    *response(int(cfg.rollout.max_new_tokens), "rollout.max_new_tokens"))
     sets = []
-    for es in task.eval_sets():
+    for es in task.eval_sets() if evals else []:
         length, key = response(int(es.protocol.max_new_tokens),
                                f"the max_new_tokens of eval set {es.name!r}")
         sets.append(dataclasses.replace(

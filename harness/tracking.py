@@ -72,7 +72,9 @@ def open_client(uri: str) -> Any:
     if not uri.startswith(DATABASE_SCHEMES):
         return MlflowClient(tracking_uri=uri)  # a tracking server creates its own store
     if uri.startswith("sqlite:///"):
-        db = Path(uri[len("sqlite:///"):])
+        db = Path(uri[len("sqlite:///"):].split("?", 1)[0])
+        if db.exists() and not os.access(db.parent, os.W_OK):
+            return MlflowClient(tracking_uri=uri)  # a read-only store exists: nothing to create
         db.parent.mkdir(parents=True, exist_ok=True)
         lock = f"{db}.lock"
     else:

@@ -159,7 +159,8 @@ class Trainer:
                            self.rollout_engine}.values():
                 engine.tokenizer.chat_template = cfg.model.chat_template
         # every prompt checked against the model before anything trains (harness/prompts.py)
-        data = fit_data(cfg, self.rollout_engine, self.model_path, self.task)
+        data = fit_data(cfg, self.rollout_engine, self.model_path, self.task,
+                        evals=cfg.trainer.eval_every > 0 or bool(cfg.trainer.eval_at_tokens))
         self.eval_sets = data.eval_sets
         self.sampler = PromptSampler(data.train, cfg.seed)
         self.sampling = SamplingParams(
@@ -437,10 +438,12 @@ class Trainer:
             raise
         finally:
             restore_handlers(handlers)
-            if hasattr(self, "tracker") and status != "SKIPPED":
-                self.tracker.end(status, self.output_dir / "logged.json")
-            if self.plan is not None:
-                self.plan.release()
+            try:
+                if hasattr(self, "tracker") and status != "SKIPPED":
+                    self.tracker.end(status, self.output_dir / "logged.json")
+            finally:  # the cell is given up whatever happened above
+                if self.plan is not None:
+                    self.plan.release()
 
     def _loop(self) -> dict[str, float]:
         cfg = self.cfg.trainer
@@ -448,6 +451,9 @@ class Trainer:
         if self.step == 0 and cfg.eval_at_start and cfg.eval_every > 0:
             self._status(self.run_eval(), is_eval=True)
         while self.step < cfg.steps:
+            if self.plan is not None and self.plan.lost():
+                raise RuntimeError(f"cell {self.plan.config_hash} was taken over by another "
+                                   "process (this one was presumed gone): stopped")
             metrics = self.train_step()
             self.step += 1
             self.tokens_trained += metrics.get("actor/tokens_trained", 0.0)

@@ -95,13 +95,15 @@ def test_the_heartbeat_thread_refreshes_the_claim(store):
 
 
 RACE = """
-import sys, time
+import os, sys, time
 from harness.tracking import Tracker
 from harness.claims import Claim, claim_cell
 t = Tracker(sys.argv[1], "race")
 held = claim_cell(t.client, t.experiment_id, "cell")
 print("WON" if isinstance(held, Claim) else "BUSY", flush=True)
-time.sleep(3)
+deadline = time.time() + 300  # every holder lives until all have answered
+while not os.path.exists(sys.argv[2]) and time.time() < deadline:
+    time.sleep(0.05)
 """
 
 
@@ -110,11 +112,15 @@ def test_processes_racing_for_a_cell_on_a_new_store_leave_one_winner(tmp_path):
     comes up once (no 'table ... already exists') and exactly one of them gets the cell."""
     uri = f"sqlite:///{tmp_path / 'new' / 'mlruns.db'}"
     env = {"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"}
-    procs = [subprocess.Popen([sys.executable, "-c", RACE, uri], stdout=subprocess.PIPE,
-                              stderr=subprocess.PIPE, text=True, env=env) for _ in range(6)]
+    done = tmp_path / "all-answered"
+    procs = [subprocess.Popen([sys.executable, "-c", RACE, uri, str(done)],
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+             for _ in range(6)]
+    answers = [p.stdout.readline().strip() for p in procs]
+    done.touch()
     results = [p.communicate(timeout=240) for p in procs]
     assert [p.returncode for p in procs] == [0] * 6, [err[-2000:] for _, err in results]
-    assert sorted(out.strip() for out, _ in results) == ["BUSY"] * 5 + ["WON"]
+    assert sorted(answers) == ["BUSY"] * 5 + ["WON"]
     assert not any("Traceback" in err for _, err in results)
 
 
@@ -169,3 +175,86 @@ def test_plan_cell_finds_a_claimed_cell_busy_and_a_finished_one_skipped(tmp_path
     assert third.action == "skip" and third.claim is None
     # the skip released its claim: a later plan is not told the cell is busy
     assert plan_cell(cfg, tracker.client, tracker.experiment_id, tracker.uri).action == "skip"
+
+
+def test_a_claim_created_but_answered_with_an_error_is_adopted_not_left_orphaned(store):
+    """MLflow's HTTP client retries a POST whose answer was lost: the retry finds the experiment
+    it made itself ('already exists'). The claim carries a nonce, so it is recognised as own."""
+
+    class RetriedCreate:
+        def __init__(self, client):
+            self.client = client
+
+        def __getattr__(self, name):
+            return getattr(self.client, name)
+
+        def create_experiment(self, name, tags=None):
+            self.client.create_experiment(name, tags=tags)
+            raise RuntimeError(f"RESOURCE_ALREADY_EXISTS: Experiment '{name}' already exists.")
+
+    held = claim_cell(RetriedCreate(store.client), store.experiment_id, "retry")
+    assert isinstance(held, Claim) and held.name.endswith("/retry/0")
+    held.release()
+    assert store.client.get_experiment(held.experiment_id).lifecycle_stage == "deleted"
+
+
+def test_a_heartbeat_that_finds_its_claim_taken_over_marks_it_lost(store):
+    from harness.cells import CellPlan
+
+    held = claim_cell(store.client, store.experiment_id, "taken")
+    plan = CellPlan("fresh", "taken", claim=held)
+    assert not plan.lost()
+    held.start_heartbeat(store.uri, every_s=0.05)
+    _plant(store, "taken", 1, host="node-3", pid="1")  # another process presumed this one gone
+    assert held.lost.wait(20) and plan.lost()
+    held.release()
+
+
+def test_a_heartbeat_that_is_not_a_finite_recent_time_is_no_live_holder():
+    now = time.time()
+    elsewhere = {**identity(), f"{TAG}host": "node-17", f"{TAG}pid": "1"}
+    for beat in ("inf", "nan", "-inf", f"{now + claims.STALE_AFTER_S + 60}"):
+        assert not holder_alive({**elsewhere, f"{TAG}heartbeat": beat}, now), beat
+
+
+def test_plan_cell_releases_its_claim_when_planning_fails(tmp_path, model_cache, monkeypatch):
+    from harness import cells
+    from tests.conftest import make_config
+
+    cfg = make_config(tmp_path, model_cache)
+    tracker = Tracker(cfg.tracking.uri, cfg.tracking.experiment)
+
+    def broken(*args):
+        raise OSError("the store went away")
+
+    monkeypatch.setattr(cells, "_plan", broken)
+    with pytest.raises(OSError):
+        cells.plan_cell(cfg, tracker.client, tracker.experiment_id, tracker.uri)
+    monkeypatch.undo()
+    plan = cells.plan_cell(cfg, tracker.client, tracker.experiment_id, tracker.uri)
+    assert plan.action == "fresh"  # not "busy": the failed plan gave the cell up
+    plan.release()
+
+
+def test_a_run_that_fails_even_at_its_end_gives_its_cell_up(tmp_path, tiny_model_path,
+                                                           model_cache, monkeypatch):
+    """Setup refuses the data (prompt limit), then recording the end fails too (a full disk):
+    the cell's claim is released all the same, so the next launch is not told it is busy."""
+    from harness.cells import plan_cell
+    from harness.components import ConfigError
+    from harness.trainer import Trainer
+    from tests.conftest import make_config
+
+    cfg = make_config(tmp_path, model_cache, "data.max_prompt_length=100000")
+
+    def full_disk(self, status, ledger=None):
+        raise OSError("No space left on device")
+
+    monkeypatch.setattr(Tracker, "end", full_disk)
+    with pytest.raises((ConfigError, OSError)):
+        Trainer(cfg).fit()
+    monkeypatch.undo()
+    tracker = Tracker(cfg.tracking.uri, cfg.tracking.experiment)
+    plan = plan_cell(cfg, tracker.client, tracker.experiment_id, tracker.uri)
+    assert plan.action == "fresh"
+    plan.release()

@@ -128,6 +128,18 @@ def test_overlong_prompts_cut_on_the_left_train_within_the_context_and_are_count
     assert metrics["data/train/prompts_truncated"] == 1.0
     assert metrics["data/train/prompts"] == 8.0 and metrics["data/test/prompts"] == 4.0
     assert metrics["final/steps"] == 2.0
+    # rlbench eval of the run fits its prompts as the run did (data.* comes from the run)
+    again = _rlbench(byo, cli_env, "eval", f"run_id={run_id}", "backend.threads=1")
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert json.loads(again.stdout[again.stdout.index("{"):])["data/test/prompts_truncated"] == 1
+
+
+def test_a_run_that_never_evaluates_does_not_refuse_its_eval_sets(byo, gpt2, cli_env):
+    _jsonl(byo / "short.jsonl", [{"prompt": f"{i}+1=", "answer": i + 1} for i in range(4)])
+    proc = _rlbench(byo, cli_env, *_train_args(
+        gpt2, "task.train=short.jsonl", "+task.eval.test.path=test.jsonl",
+        "trainer.eval_every=0", "trainer.eval_at_start=false"))
+    assert proc.returncode == 0, proc.stderr[-3000:]
 
 
 def test_overlong_eval_prompts_are_dropped_and_counted_when_filtered(byo, gpt2, cli_env):
@@ -307,3 +319,28 @@ def test_a_multi_turn_task_reserves_its_whole_response_side_plus_one_segment(mon
     assert [e.id for e in data.train] == ["30", "36"]  # limit 64 - (20 + 8) = 36
     assert [e.id for e in data.eval_sets[0].examples] == ["30", "36", "37"]  # 64 - (20 + 4)
     assert data.metrics["data/train/prompts_dropped"] == 1.0
+
+
+def test_an_eos_or_pad_id_beyond_the_embedding_is_refused():
+    from harness.prompts import check_special_tokens
+
+    engine = SimpleNamespace(eos_token_ids=[7], pad_token_id=7,
+                             tokenizer=SimpleNamespace(pad_token_id=7, eos_token="e"))
+    check_special_tokens(engine, ModelLimits(64, "c", 8, "m"))
+    with pytest.raises(ConfigError, match="EOS token id 7 .* not a row of the model's embedding "
+                                          r"\(7 rows\)"):
+        check_special_tokens(engine, ModelLimits(64, "c", 7, "m"))
+    engine.eos_token_ids = []
+    with pytest.raises(ConfigError, match="has no EOS token"):
+        check_special_tokens(engine, ModelLimits(64, "c", 8, "m"))
+
+
+@pytest.mark.parametrize(("override", "message"), [
+    ("data.truncation=both", "data.truncation='both' is not one of: error, left, right, middle"),
+    ("data.max_prompt_length=0", "data.max_prompt_length must be >= 1, got 0")])
+def test_bad_data_keys_are_refused_before_anything_is_built(override, message):
+    from harness.cli import compose_config
+    from harness.config import validate_config
+
+    with pytest.raises(ConfigError, match=message.replace("(", r"\(")):
+        validate_config(compose_config([override]))

@@ -98,16 +98,17 @@ def source_config(kind: str, value: str, path: str, tracking_uri: str | None
 
 
 def eval_config(overrides: list[str], kind: str, value: str, path: str | None) -> DictConfig:
-    """The config to evaluate with: the command line's, with the task and model of the source
-    run (unless the command line chooses them: task=<name>, model=<name>; task.* / model.* keys
-    given on the command line are applied on top)."""
+    """The config to evaluate with: the command line's, with the task, model and data (prompt
+    fitting: harness/prompts.py) of the source run (unless the command line chooses them:
+    task=<name>, model=<name>; task.* / model.* / data.* keys given on the command line are
+    applied on top)."""
     cfg = compose_config(overrides)
     if path is None:
         return cfg
     source = source_config(kind, value, path, cfg.tracking.uri)
     if source is None:
         return cfg
-    for group in ("task", "model"):
+    for group in ("task", "model", "data"):
         if any(o.lstrip("+~").startswith(f"{group}=") for o in overrides) or group not in source:
             continue
         node = OmegaConf.create(source[group])
@@ -115,10 +116,11 @@ def eval_config(overrides: list[str], kind: str, value: str, path: str | None) -
         if mine:
             dotlist = [o.lstrip("+")[len(group) + 1:] for o in mine if not o.startswith("~")]
             node = OmegaConf.merge(node, OmegaConf.from_dotlist(dotlist))
-        if group == "model":  # a typed node: merged into its schema
-            from harness.config import ModelConfig
+        if group in ("model", "data"):  # typed nodes: merged into their schema
+            from harness.config import DataConfig, ModelConfig
 
-            node = OmegaConf.merge(OmegaConf.structured(ModelConfig), node)
+            schema = ModelConfig if group == "model" else DataConfig
+            node = OmegaConf.merge(OmegaConf.structured(schema), node)
         OmegaConf.set_struct(cfg, False)
         cfg[group] = node
     return cfg
