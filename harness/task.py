@@ -150,9 +150,12 @@ class VariantTask(Task):
         return out
 
 def _example_bytes(ex: Example) -> bytes:
-    """The hashed content of one example: id, prompt, answer and a digest of each image (the
-    image's ``info["sha256"]`` when its loader set one, else sha256 of mode, size and pixels)."""
-    payload = {"id": ex.id, "prompt": ex.prompt, "answer": ex.answer}
+    """The hashed content of one example: id, prompt, answer, the ids of a prompt cut to the
+    model's limit (harness/prompts.py) and a digest of each image (the image's
+    ``info["sha256"]`` when its loader set one, else sha256 of mode, size and pixels)."""
+    payload: dict[str, Any] = {"id": ex.id, "prompt": ex.prompt, "answer": ex.answer}
+    if ex.prompt_ids is not None:  # what the model is given is not the prompt text
+        payload["prompt_ids"] = ex.prompt_ids
     if ex.images:
         payload["images"] = [_image_digest(im) for im in ex.images]
     return json.dumps(payload, sort_keys=True, default=str).encode()
