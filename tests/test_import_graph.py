@@ -78,3 +78,66 @@ def test_the_checker_finds_a_circle_hidden_in_a_function(tmp_path):
     (tmp_path / "harness" / "b.py").write_text("def g():\n    from harness import a\n")
     (tmp_path / "harness" / "c.py").write_text("from . import a\n")
     assert circles(import_graph(tmp_path)) == [["harness.a", "harness.b"]]
+
+
+def _top_level_names(path: Path) -> set[str] | None:
+    """What a module defines or imports at its top level (None: it has a __getattr__)."""
+    names: set[str] = set()
+    for node in ast.parse(path.read_text()).body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            if node.name == "__getattr__":
+                return None
+            names.add(node.name)
+        elif isinstance(node, (ast.Import, ast.ImportFrom)):
+            names.update((a.asname or a.name).split(".")[0] for a in node.names)
+        elif isinstance(node, (ast.Assign, ast.AnnAssign, ast.AugAssign)):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            names.update(n.id for t in targets for n in ast.walk(t) if isinstance(n, ast.Name))
+        elif isinstance(node, (ast.If, ast.Try)):  # names bound under a guard count too
+            for sub in ast.walk(node):
+                if isinstance(sub, (ast.FunctionDef, ast.ClassDef)):
+                    names.add(sub.name)
+                elif isinstance(sub, (ast.Import, ast.ImportFrom)):
+                    names.update((a.asname or a.name).split(".")[0] for a in sub.names)
+                elif isinstance(sub, ast.Name) and isinstance(sub.ctx, ast.Store):
+                    names.add(sub.id)
+    return names
+
+
+def unresolved_imports(root: Path = ROOT) -> list[str]:
+    """``from <project module> import <name>`` (anywhere, functions included) where the module
+    does not define ``name`` and no submodule of that name exists: an ImportError waiting for
+    the code path that runs it."""
+    mods = project_modules(root)
+    defined = {m: _top_level_names(p) for m, p in mods.items()}
+    bad = []
+    for module, path in mods.items():
+        package = module if path.name == "__init__.py" else module.rpartition(".")[0]
+        for node in ast.walk(ast.parse(path.read_text())):
+            if not isinstance(node, ast.ImportFrom):
+                continue
+            base = node.module or ""
+            if node.level:
+                parts = package.split(".")[: len(package.split(".")) - node.level + 1]
+                base = ".".join([*parts, base] if base else parts)
+            if base not in mods or defined[base] is None:
+                continue
+            for alias in node.names:
+                if alias.name != "*" and alias.name not in defined[base] \
+                        and f"{base}.{alias.name}" not in mods:
+                    bad.append(f"{module}: from {base} import {alias.name}")
+    return sorted(bad)
+
+
+def test_every_name_imported_from_a_project_module_exists_there():
+    assert unresolved_imports() == []
+
+
+def test_the_checker_finds_an_import_of_a_name_that_moved(tmp_path):
+    for package in PACKAGES:
+        (tmp_path / package).mkdir()
+        (tmp_path / package / "__init__.py").write_text("")
+    (tmp_path / "harness" / "a.py").write_text("def kept():\n    pass\n")
+    (tmp_path / "harness" / "b.py").write_text(
+        "from harness.a import kept\n\ndef f():\n    from harness.a import moved\n")
+    assert unresolved_imports(tmp_path) == ["harness.b: from harness.a import moved"]

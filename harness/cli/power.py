@@ -40,9 +40,10 @@ def plan_lines(uri: str, experiment: str, config: str | None, deltas: list[float
     from mlflow.tracking import MlflowClient
 
     from harness.report.analysis import mde_at, seeds_needed
-    from harness.report.board import _pair, _primary, _specs
+    from harness.report.board import _pair
     from harness.report.collect import collect
     from harness.report.config import load_config
+    from harness.report.tables import primary_spec, specs_of
     from harness.report.verdict import judge
 
     if any(not d > 0 for d in deltas):
@@ -61,7 +62,8 @@ def plan_lines(uri: str, experiment: str, config: str | None, deltas: list[float
     lines = [f"plan: {cfg.source}; family level {plan.alpha:g}, power {plan.power:g}"]
     for (task, variant, model), group in sorted(groups.items()):
         rows = group.rows
-        prim = _primary(_specs(rows, cfg), plan.primary)
+        prim = primary_spec(specs_of(rows, cfg.select.eval_set if cfg.select else None),
+                            plan.primary)
         _pair(rows, cfg, cfg.baseline)
         v = judge(rows, prim, cfg)
         a = v.analysis
