@@ -14,6 +14,21 @@ from harness.cli import compose_config
 FAST_PRETRAIN = ["model.pretrain.steps=30", "model.pretrain.batch_size=64"]
 
 
+@pytest.fixture(scope="module")
+def machine_to_itself(tmp_path_factory: pytest.TempPathFactory):
+    """The heavy multi-process tests never overlap on the two xdist workers: the hostile
+    sandbox suite (timing-bound: a starved fork server is replaced, which it asserts never
+    happens) and the store concurrency tests (8 training processes, PostgreSQL and an MLflow
+    server) each hold this lock, shared by the workers of the session, while they run."""
+    from filelock import FileLock
+
+    shared = tmp_path_factory.getbasetemp()
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        shared = shared.parent
+    with FileLock(str(shared / "machine-to-itself.lock")).acquire(timeout=3600):
+        yield
+
+
 @pytest.fixture(scope="session")
 def model_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return tmp_path_factory.mktemp("rlbench_cache")

@@ -68,7 +68,8 @@ def _run(identity: str) -> dict:
 
 
 @pytest.fixture(scope="module", params=IDENTITIES)
-def outcome(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> dict:
+def outcome(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory,
+            machine_to_itself: None) -> dict:
     """One run per identity, shared by the xdist workers of this session (file lock)."""
     shared = tmp_path_factory.getbasetemp()
     if os.environ.get("PYTEST_XDIST_WORKER"):
