@@ -47,6 +47,8 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
 
+from harness.tracking import _retry  # a locked SQLite file is waited for, not failed on
+
 log = logging.getLogger("rlbench")
 
 PREFIX = "rlbench.claim"
@@ -164,8 +166,6 @@ class Claim:
         if self._stop.is_set():
             return
         self._stop.set()
-        from harness.tracking import _retry
-
         try:
             _retry(self.client.delete_experiment, self.experiment_id)
         except Exception as exc:  # left behind, it is stale once this process has exited
@@ -191,8 +191,6 @@ def claim_cell(client: Any, experiment_id: str, digest: str,
                tracking_uri: str | None = None) -> Claim | str:
     """Claim cell ``digest`` of experiment ``experiment_id``: a :class:`Claim`, or (the cell is
     busy) the text naming the live process that holds it."""
-    from harness.tracking import _retry  # a locked SQLite file is waited for
-
     if urlparse(str(client.tracking_uri)).scheme in ("", "file"):
         log.warning("cell claims on a file store (%s) are not atomic: two launches of one cell "
                     "at once may both train it; use an SQLite file or a tracking server",

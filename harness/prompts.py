@@ -161,10 +161,8 @@ def fit_examples(examples: list[Example], engine: Any, limits: ModelLimits, limi
             kept.append(ex)
             continue
         over.append((row, ex, len(ids)))
-        if data.filter_overlong_prompts:
-            continue
-        if data.truncation == "error":
-            continue
+        if data.filter_overlong_prompts or data.truncation == "error":
+            continue  # dropped, or refused below naming the first
         if ex.images:
             raise ConfigError(f"{name} is {len(ids)} tokens with its images, over the prompt "
                               f"limit of {limit} ({why}); a prompt with images cannot be cut: "

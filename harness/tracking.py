@@ -27,7 +27,6 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import json
-import logging
 import os
 import tempfile
 import time
@@ -36,8 +35,6 @@ from pathlib import Path
 from typing import Any
 
 from harness.config import flatten
-
-log = logging.getLogger("rlbench")
 
 MAX_PARAM_VALUE = 6000
 EXPERIMENT_KIND = ("mlflow.experimentKind", "custom_model_development")
