@@ -46,11 +46,11 @@ from typing import Any
 
 import torch
 
-from harness.algorithm import Algorithm
+from harness.algorithm import AdvantageEstimator, Algorithm
 from harness.batch import RolloutBatch
-from harness.components import ConfigError, build
 from harness.groups import group_max, group_mean, group_min, num_groups
 from harness.registry import ADVANTAGES, register_advantage, register_algorithm
+from harness.typed_config import ConfigError, build
 
 GROUPS = ("prompt_group_all_turns", "prompt_group_same_turn")
 
@@ -77,7 +77,7 @@ def aem_weights(h_bar: torch.Tensor, group_index: torch.Tensor, lam: float,
 
 
 @register_advantage("aem")
-class AEMAdvantage:
+class AEMAdvantage(AdvantageEstimator):
     """α_i · A^base_i with α from the group-min–max-normalised mean token entropy."""
 
     @dataclass
@@ -152,7 +152,7 @@ class AEMAdvantage:
         else:
             alpha = self.weights(batch).to(base.device)
             adv = alpha * base if base.dim() == 1 else alpha[:, None] * base
-        self.last_metrics = dict(getattr(self.base, "last_metrics", None) or {})
+        self.last_metrics = dict(self.base.last_metrics)
         if alpha.dim() == 2:  # per-turn weights: only the model's tokens carry one
             alpha = alpha[batch["response_mask"].to(alpha.device) > 0]
         if alpha.numel():

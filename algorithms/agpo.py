@@ -38,12 +38,12 @@ from typing import ClassVar
 
 import torch
 
-from harness.algorithm import Algorithm
+from harness.algorithm import AdvantageEstimator, Algorithm
 from harness.batch import RolloutBatch
 from harness.compat import BINARY_CORRECT
-from harness.components import ConfigError
 from harness.groups import STD_KINDS, group_max, group_mean, group_min, group_std, num_groups
 from harness.registry import register_advantage, register_algorithm
+from harness.typed_config import ConfigError
 
 FORMS = ("A", "B")
 
@@ -61,7 +61,7 @@ def advantage_sign_metrics(adv: torch.Tensor, prefix: str) -> dict[str, float]:
 
 @register_advantage("agpo")
 @dataclass
-class AGPOAdvantage:
+class AGPOAdvantage(AdvantageEstimator):
     """Form A: correct (c-μ)/sqrt(σ²+δ²), wrong ℛ; Form B: (c-μ)/sqrt(σ²+δ²) + 1[wrong]·ℛ.
     Sequence-level [B]. ``delta`` is required (no default)."""
 

@@ -41,9 +41,9 @@ import torch
 
 from harness.algorithm import Algorithm
 from harness.batch import RolloutBatch
-from harness.components import ConfigError
 from harness.registry import register_algorithm, register_rollout
 from harness.rollout import RolloutContext, sample_groups
+from harness.typed_config import ConfigError
 
 
 def choose_temperature(proxy: float, target: float, t_high: float, t_low: float) -> float:

@@ -65,13 +65,13 @@ from typing import Any, ClassVar
 
 import torch
 
-from harness.algorithm import Algorithm
+from harness.algorithm import AdvantageEstimator, Algorithm
 from harness.batch import RolloutBatch
 from harness.compat import TOOLS
-from harness.components import ConfigError, build
 from harness.multiturn import TurnState, step_round, tool_metrics
 from harness.registry import ADVANTAGES, register_advantage, register_algorithm, register_rollout
 from harness.rollout import RolloutContext, full_vocab_entropy, score_groups
+from harness.typed_config import ConfigError, build
 
 FORK_RULES = ("arpo", "aepo", "deterministic")
 BRANCH_ON = ("call", "result")
@@ -148,7 +148,7 @@ class EntropyBranching:
         examples = ctx.draw_prompts(ctx.prompts_per_step)
         M, N = ctx.sampling.n, min(self.initial_rollouts, ctx.sampling.n)
         params = _with(ctx.sampling, entropy_topk=self.entropy_topk)
-        ln_v = math.log(max(getattr(ctx.engine, "vocab_size", 2), 2))
+        ln_v = math.log(max(ctx.engine.vocab_size, 2))  # 0: the engine does not know V
         rng = random.Random(random.getrandbits(64))  # the checkpointed global RNG seeds it
         roots = ([self._premonitor(ctx, ex, params, env, ln_v, M) for ex in examples]
                  if self.dynamic_rollouts else [N] * len(examples))
@@ -284,14 +284,14 @@ def hard_attribution(batch: RolloutBatch, seq_adv: torch.Tensor
         rows_of.setdefault(g, []).append(row)
     for rows in rows_of.values():
         trajs = [batch.trajectories[r] for r in rows]
-        if all(getattr(t, "branch_parent", None) is None for t in trajs):
+        if all(t.branch_parent is None for t in trajs):
             continue
         sharers: dict[tuple[int, int], list[int]] = {}
         for k, t in enumerate(trajs):
             for pos in range(len(t.response_ids)):
                 owner = k
                 while True:
-                    parent = getattr(trajs[owner], "branch_parent", None)
+                    parent = trajs[owner].branch_parent
                     if parent is None or pos >= trajs[owner].branch_shared:
                         break
                     owner = parent
@@ -309,7 +309,7 @@ def hard_attribution(batch: RolloutBatch, seq_adv: torch.Tensor
 
 @register_advantage("arpo")
 @dataclass
-class ArpoAdvantage:
+class ArpoAdvantage(AdvantageEstimator):
     """GRPO over the M trajectories of a prompt; ``attribution`` says how shared prefixes are
     credited (soft: every copy with its own Â; hard: once, with the sharers' mean)."""
 
@@ -336,7 +336,7 @@ class ARPO(Algorithm):
 
     def compute_advantages(self, batch: RolloutBatch) -> dict[str, float]:
         metrics = super().compute_advantages(batch)
-        if getattr(self.advantage, "attribution", "soft") == "hard":
+        if isinstance(self.advantage, ArpoAdvantage) and self.advantage.attribution == "hard":
             adv, mask = hard_attribution(batch, batch["advantages"])
             metrics["branch/deduplicated_tokens"] = float(
                 (batch["response_mask"] - mask).sum())

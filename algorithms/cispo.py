@@ -26,16 +26,16 @@ from dataclasses import dataclass
 
 import torch
 
-from harness.algorithm import Aggregator, Algorithm
+from harness.algorithm import Aggregator, Algorithm, PolicyLoss
 from harness.batch import RolloutBatch
-from harness.components import ConfigError
 from harness.policy_loss import LOG_RATIO_CLAMP, token_advantages
 from harness.registry import register_algorithm, register_policy_loss
+from harness.typed_config import ConfigError
 
 
 @register_policy_loss("cispo")
 @dataclass
-class CISPOLoss:
+class CISPOLoss(PolicyLoss):
     """-sg(clip(r, 1-ε_l, 1+ε_h)) · A · log π_θ per token."""
 
     # A = 0 gives loss 0 and gradient 0, so zero-advantage samples may skip the backward.

@@ -37,10 +37,10 @@ from dataclasses import dataclass
 
 from harness.algorithm import Algorithm
 from harness.batch import RolloutBatch
-from harness.components import ConfigError
 from harness.groups import group_max, group_min
 from harness.registry import register_algorithm, register_rollout
 from harness.rollout import RolloutContext, sample_groups
+from harness.typed_config import ConfigError
 
 METRICS = ("correct", "rewards")
 

@@ -36,11 +36,11 @@ from dataclasses import dataclass
 
 import torch
 
-from harness.algorithm import Algorithm
+from harness.algorithm import AdvantageEstimator, Algorithm
 from harness.batch import RolloutBatch
-from harness.components import ConfigError
 from harness.groups import STD_KINDS, group_count, group_mean, group_std, num_groups
 from harness.registry import register_advantage, register_algorithm
+from harness.typed_config import ConfigError
 
 
 def _group_stats(batch: RolloutBatch, std_kind: str) -> tuple[torch.Tensor, torch.Tensor]:
@@ -55,7 +55,7 @@ def _group_stats(batch: RolloutBatch, std_kind: str) -> tuple[torch.Tensor, torc
 
 @register_advantage("grpo")
 @dataclass
-class GRPOAdvantage:
+class GRPOAdvantage(AdvantageEstimator):
     """Â_i = (r_i - μ_G) / (σ_G + eps), sequence-level [B]."""
 
     std_kind: str = "unbiased"
@@ -74,7 +74,7 @@ class GRPOAdvantage:
 
 @register_advantage("dr_grpo")
 @dataclass
-class DrGRPOAdvantage:
+class DrGRPOAdvantage(AdvantageEstimator):
     """Â_i = r_i - μ_G (no std normalisation), sequence-level [B]."""
 
     def __call__(self, batch: RolloutBatch) -> torch.Tensor:

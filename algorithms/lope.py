@@ -50,10 +50,9 @@ from typing import Any, ClassVar
 
 import torch
 
-from harness.algorithm import Aggregator, Algorithm
+from harness.algorithm import AdvantageEstimator, Aggregator, Algorithm
 from harness.batch import RolloutBatch
 from harness.compat import BINARY_CORRECT
-from harness.components import ConfigError, build
 from harness.groups import group_max, num_groups
 from harness.policy_loss import LOG_RATIO_CLAMP, PPOClipLoss, token_advantages
 from harness.registry import (
@@ -64,6 +63,7 @@ from harness.registry import (
     register_rollout,
 )
 from harness.rollout import RolloutContext, sample_groups
+from harness.typed_config import ConfigError, build
 from harness.types import Example
 
 # The classic Lorem Ipsum vocabulary (from Cicero's *De finibus* as mangled by typesetters): the
@@ -200,7 +200,7 @@ def _with_pool(batch: RolloutBatch, pools: dict[int, torch.Tensor]) -> RolloutBa
 
 @register_advantage("lope")
 @dataclass
-class LopeAdvantage:
+class LopeAdvantage(AdvantageEstimator):
     """GRPO; with ``shaping``, a resampled group's mean and std come from its G + G' pool."""
 
     shaping: bool = True

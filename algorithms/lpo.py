@@ -53,9 +53,8 @@ from dataclasses import dataclass
 
 import torch
 
-from harness.algorithm import Aggregator, Algorithm
+from harness.algorithm import AdvantageEstimator, Aggregator, Algorithm, PolicyLoss
 from harness.batch import RolloutBatch
-from harness.components import ConfigError
 from harness.groups import (
     STD_KINDS,
     group_count,
@@ -67,6 +66,7 @@ from harness.groups import (
     num_groups,
 )
 from harness.registry import register_advantage, register_algorithm, register_policy_loss
+from harness.typed_config import ConfigError
 
 TAU_NAMES = ("sigma_g", "one", "mu_g", "rloo")
 PROJECTIONS = ("fwd", "rev")
@@ -149,7 +149,7 @@ def parse_tau(tau: str | float) -> str | float:
 # -- the target: A = (R − μ_G)/τ ----------------------------------------------------------------
 @register_advantage("lpo")
 @dataclass
-class LPOTargetAdvantage:
+class LPOTargetAdvantage(AdvantageEstimator):
     """A_k = (R_k − μ_G)/τ [B]: the target logits, w* = softmax(A + s_t). Degenerate groups
     (constant R, K = 1, τ ≤ 0, or μ_G ≤ eps for ``mu_g``) get A = 0."""
 
@@ -191,7 +191,7 @@ class LPOTargetAdvantage:
 # -- the projection loss (pass 2) and the coefficients (pass 1) ----------------------------------
 @register_policy_loss("lpo")
 @dataclass
-class LPOLoss:
+class LPOLoss(PolicyLoss):
     """Σ_k sg(c_k) s_{θ,k} per micro-batch, with c_k from :meth:`prepare` on whole groups."""
 
     projection: str = "fwd"

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 
 import torch
 
-from harness.algorithm import Algorithm
+from harness.algorithm import AdvantageEstimator, Algorithm
 from harness.batch import RolloutBatch
 from harness.groups import group_mean, num_groups
 from harness.registry import register_advantage, register_algorithm
@@ -34,7 +34,7 @@ from harness.registry import register_advantage, register_algorithm
 
 @register_advantage("maxrl")
 @dataclass
-class MaxRLAdvantage:
+class MaxRLAdvantage(AdvantageEstimator):
     """Â_i = (r_i - μ_G) / μ_G, 0 when μ_G ≤ eps; sequence-level [B]."""
 
     eps: float = 1e-6

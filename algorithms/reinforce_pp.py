@@ -35,11 +35,11 @@ from dataclasses import dataclass
 
 import torch
 
-from harness.algorithm import Algorithm
+from harness.algorithm import AdvantageEstimator, Algorithm
 from harness.batch import RolloutBatch
-from harness.components import ConfigError
 from harness.groups import group_count, group_mean, num_groups
 from harness.registry import register_advantage, register_algorithm
+from harness.typed_config import ConfigError
 
 BASELINES = ("none", "group_mean")
 
@@ -56,7 +56,7 @@ def masked_whiten(values: torch.Tensor, mask: torch.Tensor, eps: float = 1e-8) -
 
 @register_advantage("reinforce_pp")
 @dataclass
-class ReinforcePPAdvantage:
+class ReinforcePPAdvantage(AdvantageEstimator):
     """Outcome reward (minus the group mean for ``group_mean``) broadcast to the response tokens
     and whitened over the batch; token-level [B, T]."""
 

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 
 import torch
 
-from harness.algorithm import Algorithm
+from harness.algorithm import AdvantageEstimator, Algorithm
 from harness.batch import RolloutBatch
 from harness.groups import group_count, group_sum, num_groups
 from harness.registry import register_advantage, register_algorithm
@@ -31,7 +31,7 @@ from harness.registry import register_advantage, register_algorithm
 
 @register_advantage("rloo")
 @dataclass
-class RLOOAdvantage:
+class RLOOAdvantage(AdvantageEstimator):
     """Â_i = r_i - mean_{j≠i} r_j, sequence-level [B]; a group of one gets 0."""
 
     def __call__(self, batch: RolloutBatch) -> torch.Tensor:

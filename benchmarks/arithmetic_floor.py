@@ -80,10 +80,10 @@ def main() -> None:
     from harness.backends.hf import HFEngine
     from harness.batch import RolloutBatch
     from harness.cli import compose_config
-    from harness.components import build
     from harness.config import BackendConfig, OptimConfig
     from harness.models.pretrain import encode_pairs
     from harness.registry import MODELS, TASKS
+    from harness.typed_config import build
     from harness.types import SamplingParams
 
     cfg = compose_config(["sweep=countdown_baselines", "algorithm=grpo", "task=countdown",

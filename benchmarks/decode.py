@@ -143,8 +143,8 @@ def single_turn(args: argparse.Namespace) -> None:
 
     from harness.backends.hf import HFEngine
     from harness.cli import compose_config
-    from harness.components import build
     from harness.registry import MODELS, TASKS
+    from harness.typed_config import build
     from harness.types import SamplingParams
 
     cfg = compose_config([f"backend.threads={args.threads}", "backend.device=cpu"])

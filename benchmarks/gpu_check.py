@@ -267,9 +267,9 @@ def gap_batches(pad_id: int) -> tuple[Any, Any]:
     so its log-probs are peaked; ``held_out`` shares the format but not the numbers."""
     from harness.batch import RolloutBatch
     from harness.cli import compose_config
-    from harness.components import build
     from harness.models.tiny import build_char_tokenizer
     from harness.registry import TASKS
+    from harness.typed_config import build
     from harness.types import Trajectory
 
     register_components()

@@ -22,8 +22,8 @@ import time
 
 from harness.mathgrade.grading import GraderConfig
 from harness.types import Example
-from tasks.math import MathTask
 from tasks.math.datasets import load
+from tasks.math.task import MathTask
 
 
 def build_items(sets: list[str], wrong: int, seed: int) -> tuple[list[Example], list[str]]:

@@ -18,7 +18,8 @@ import statistics
 import tempfile
 import time
 
-from tasks.agentic_qa import AgenticQATask, datasets
+from tasks.agentic_qa import datasets
+from tasks.agentic_qa.task import AgenticQATask
 from tasks.agentic_qa.tools import BM25Search, Passage, load_corpus
 
 

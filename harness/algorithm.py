@@ -36,15 +36,46 @@ Known discrepancies:
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from types import MappingProxyType
+from typing import Any, ClassVar, Protocol
 
 import torch
 
 from harness.batch import RolloutBatch
-from harness.components import ConfigError, build, validate
 from harness.registry import ADVANTAGES, ALGORITHMS, POLICY_LOSSES, ROLLOUTS
+from harness.typed_config import ConfigError, build, validate
+
+
+class AdvantageEstimator(Protocol):
+    """``A = estimator(batch)``: advantages [B] (one per sequence) or [B, T] (per token) from
+    ``batch['rewards']``, ``batch['group_index']`` and ``batch['response_mask']``. Registered with
+    ``@register_advantage(name)``; its dataclass fields are the knobs under
+    ``algorithm.advantage``. An estimator that reports batch-level metrics assigns its own dict to
+    ``last_metrics`` in each call (logged every step); the default is none."""
+
+    last_metrics: Mapping[str, float] = MappingProxyType({})
+
+    def __call__(self, batch: RolloutBatch) -> torch.Tensor: ...
+
+
+class PolicyLoss(Protocol):
+    """``loss, metrics = policy_loss(mb, logp, entropy, agg)``: the policy-gradient term of one
+    micro-batch, aggregated by ``agg``. Registered with ``@register_policy_loss(name)``.
+
+    Declared capabilities (class attributes; the trainer reads them, never probes):
+    ``zero_advantage_zero_gradient`` -- a row whose advantage is 0 on every token contributes
+    exactly 0 to the loss and its gradient, so the trainer may skip its forward/backward;
+    ``micro_batch_coupled`` -- the loss computes a statistic across the rows of a micro-batch
+    (AEPO's entropy z-score), so micro-batches must not be regrouped by length."""
+
+    zero_advantage_zero_gradient: bool = False
+    micro_batch_coupled: bool = False
+
+    def __call__(self, mb: RolloutBatch, logp: torch.Tensor, entropy: torch.Tensor | None,
+                 agg: Aggregator) -> tuple[torch.Tensor, dict[str, float]]: ...
+
 
 AGG_MODES = ("token-mean", "seq-mean-token-mean", "seq-mean-token-sum", "seq-mean-token-sum-norm")
 KL_ESTIMATORS = ("k1", "k2", "k3")
@@ -185,8 +216,9 @@ class Algorithm:
                 f"algorithm.kl.estimator={config.kl.estimator!r}; valid: {', '.join(KL_ESTIMATORS)}"
             )
         self.rollout = build(ROLLOUTS, config.rollout, "algorithm.rollout")
-        self.advantage = build(ADVANTAGES, config.advantage, "algorithm.advantage")
-        self.policy_loss = build(POLICY_LOSSES, config.loss, "algorithm.loss")
+        self.advantage: AdvantageEstimator = build(ADVANTAGES, config.advantage,
+                                                   "algorithm.advantage")
+        self.policy_loss: PolicyLoss = build(POLICY_LOSSES, config.loss, "algorithm.loss")
         self.L_max = config.agg_L_max or max_new_tokens
 
     @property
@@ -213,7 +245,7 @@ class Algorithm:
         mini-batch is later skipped as zero-gradient."""
         batch.require("rewards", "group_index", "response_mask", stage="advantage")
         batch["advantages"] = self.advantage(batch)
-        return dict(getattr(self.advantage, "last_metrics", None) or {})
+        return dict(self.advantage.last_metrics)
 
     def select_training_rows(self, batch: RolloutBatch) -> tuple[RolloutBatch, dict[str, float]]:
         """Called once after :meth:`compute_advantages`: the rows the update trains on, and
@@ -254,7 +286,7 @@ class Algorithm:
         mask = batch["response_mask"]
         has_tokens = mask.sum(-1) > 0
         skippable = (
-            getattr(self.policy_loss, "zero_advantage_zero_gradient", False)
+            self.policy_loss.zero_advantage_zero_gradient
             and self.config.kl.coef == 0
             and self.config.entropy_coef == 0
         )

@@ -2,7 +2,7 @@
 
 The cells of a sweep run under joblib, submitit or Ray, across machines, and a user may rerun a
 command while the first still runs. Looking the cell's config hash up before training
-(:mod:`harness.cells`) is not enough: two processes that look at the same moment both find
+(:mod:`harness.cell_plan`) is not enough: two processes that look at the same moment both find
 nothing and both train. So a cell is *claimed in the store* before it trains, with the one
 atomic operation every MLflow store offers, local database or tracking server alike: creating an
 experiment whose name is taken fails (the name is a unique key). The claim of generation ``g`` of

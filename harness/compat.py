@@ -98,9 +98,9 @@ def check(algorithm: Any, task_name: str, task_cfg: Any = None) -> Verdict:
 
 
 def check_config(cfg: Any) -> None:
-    """Raise :class:`harness.components.ConfigError` naming the pair and the reason when the
+    """Raise :class:`harness.typed_config.ConfigError` naming the pair and the reason when the
     composed config's algorithm cannot run on its task."""
-    from harness.components import ConfigError
+    from harness.typed_config import ConfigError
 
     verdict = check(cfg.algorithm, str(cfg.task.name), cfg.task)
     if not verdict.ok:

@@ -19,10 +19,39 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
-from harness.components import ConfigError, schema_of, validate
 from harness.registry import BACKENDS, MODELS, TASKS
+from harness.typed_config import ConfigError, schema_of, validate
 
-CONF_DIR = Path(__file__).resolve().parents[1] / "conf"
+
+def conf_dir() -> Path:
+    """The directory of rlbench's own configs (the repository's ``conf/``), from any working
+    directory and any install.
+
+    ``conf/`` is the package ``conf`` (``conf/__init__.py``) whose YAML ships as package data, so
+    ``importlib.resources.files("conf")`` finds it after ``pip install .``
+    (``site-packages/conf``) as well as in an editable install or a checkout on ``PYTHONPATH``.
+    A ``conf`` that is not rlbench's (no ``RLBENCH_CONF`` marker: say a project's own ``conf/``
+    package ahead on ``sys.path``), or none at all (an editable install made before ``conf/``
+    was a package), falls back to the ``conf`` directory beside the ``harness`` package, which
+    is where both layouts put it. Hydra reads the result as a plain directory, so rlbench is
+    not run from a zip file. A missing ``config.yaml`` there is reported by the commands that
+    need it (``rlbench train``: one line naming this path), not here.
+    """
+    import importlib
+    import importlib.resources
+
+    beside = Path(__file__).resolve().parents[1] / "conf"
+    try:
+        package = importlib.import_module("conf")
+    except ImportError:
+        return beside
+    if not getattr(package, "RLBENCH_CONF", False):
+        return beside
+    found = Path(str(importlib.resources.files(package)))
+    return found if (found / "config.yaml").is_file() else beside
+
+
+CONF_DIR = conf_dir()
 # model sources built locally from a recipe: their weights never come from ``model.path``
 LOCAL_MODEL_SOURCES = ("tiny", "tiny_vlm")
 
@@ -149,7 +178,7 @@ class TrainerConfig:
     keep_checkpoints: int = 1  # checkpoints left once the run FINISHED (0 = keep every one)
     output_dir: str | None = None  # null: Hydra's run dir (or ./outputs/<run name>)
     # auto: continue this cell's unfinished run from its checkpoint if it left one
-    # (harness/cells.py); true: insist on that; false: always start afresh; else a checkpoint
+    # (harness/cell_plan.py); true: insist on that; false: always start afresh; else a checkpoint
     # dir or an output dir
     resume: str | None = "auto"
     skip_finished: bool = True  # skip the cell when a run with its config hash FINISHED
@@ -260,10 +289,22 @@ _CHOICES = {
 }
 
 
-def validate_config(cfg: DictConfig) -> None:
+@dataclass
+class RunParts:
+    """The task and the algorithm of one run, built (and so validated) once by
+    :func:`validate_config`; the trainer, ``rlbench eval`` and ``rlbench pretrain`` use them."""
+
+    task: Any  # harness.task.Task
+    algorithm: Any  # harness.algorithm.Algorithm
+
+
+def validate_config(cfg: DictConfig) -> RunParts:
     """Check everything Hydra's schema cannot: enumerations, names in registries, and the
-    algorithm's and task's own knobs. Raises :class:`ConfigError` naming the key."""
+    algorithm's and task's own knobs, by building the task and the algorithm (each component
+    checks its own knobs where it is built). Fills ``rollout.max_new_tokens`` with the task's
+    default when it is null. Returns what it built; raises :class:`ConfigError` naming the key."""
     from harness.algorithm import AlgorithmConfig, build_algorithm
+    from harness.typed_config import build
 
     for key, valid in _CHOICES.items():
         value = OmegaConf.select(cfg, key)
@@ -275,10 +316,10 @@ def validate_config(cfg: DictConfig) -> None:
         if name not in registry:
             raise ConfigError(f"{key}: {registry._unknown_message(name)}")
         engine = BACKENDS.get(name) if registry is BACKENDS else None
-        if getattr(engine, "requires_cuda", False):
+        if engine is not None and engine.requires_cuda:
             import torch
 
-            cpu_mode = cfg.backend.device == "cpu" and getattr(engine, "cpu_mode", False)
+            cpu_mode = cfg.backend.device == "cpu" and engine.cpu_mode
             if not torch.cuda.is_available() and not cpu_mode:
                 raise ConfigError(f"{key}={name!r} needs a CUDA GPU and none is visible; "
                                   "on this machine use backend=hf")
@@ -309,13 +350,23 @@ def validate_config(cfg: DictConfig) -> None:
 
     ALGORITHMS.get(cfg.algorithm.name)
     validate(AlgorithmConfig, cfg.algorithm, "algorithm")
-    build_algorithm(cfg.algorithm, max_new_tokens=cfg.rollout.max_new_tokens or 1)
     if not isinstance(cfg.task, DictConfig) or "name" not in cfg.task:
         raise ConfigError("task must be chosen, e.g. task=countdown")
     validate(schema_of(TASKS.get(cfg.task.name)), cfg.task, "task")
     from harness.compat import check_config
 
+    task = build(TASKS, cfg.task, "task")
+    resolve_defaults(cfg, task)
+    algorithm = build_algorithm(cfg.algorithm, cfg.rollout.max_new_tokens)
     check_config(cfg)  # the pair: what the algorithm's parts need, what the task offers
+    return RunParts(task, algorithm)
+
+
+def resolve_defaults(cfg: DictConfig, task: Any) -> None:
+    """The keys whose default comes from the task: ``rollout.max_new_tokens`` (null: the
+    task's ``default_max_new_tokens``)."""
+    if cfg.rollout.max_new_tokens is None:
+        cfg.rollout.max_new_tokens = task.default_max_new_tokens
 
 
 def flatten(node: Any, prefix: str = "") -> dict[str, Any]:

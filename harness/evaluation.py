@@ -34,10 +34,10 @@ from typing import Any
 import numpy as np
 import torch
 
-from harness.components import ConfigError
 from harness.multiturn import generate_multiturn
 from harness.progress import Progress
 from harness.task import EvalSet, Task
+from harness.typed_config import ConfigError
 from harness.types import SamplingParams
 
 
@@ -104,7 +104,7 @@ def evaluate_set(
         prompt_ids = [engine.encode_prompt(ex) for ex in examples]
         # in the engine's own generation batches (so the samples are those of one call), each
         # one a step of the progress display
-        size = getattr(engine, "gen_batch_size", 0) or 0
+        size = engine.gen_batch_size
         step = max(1, size // proto.n) if size > 0 else max(1, len(prompt_ids))
         trajs = []
         for first in range(0, len(prompt_ids), step):

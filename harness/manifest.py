@@ -22,8 +22,47 @@ PACKAGES = ("rlbench", "torch", "transformers", "tokenizers", "mlflow", "hydra-c
 NOT_CODE = ":(exclude)leaderboards"
 
 
+def _git_toplevel(path: Path) -> Path | None:
+    """The top of the git work tree holding ``path``, or None (not in one, or no git)."""
+    try:
+        out = subprocess.run(["git", "rev-parse", "--show-toplevel"], cwd=path,
+                             capture_output=True, text=True, timeout=10)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    top = out.stdout.strip()
+    return Path(top).resolve() if out.returncode == 0 and top else None
+
+
+def source_checkout(cwd: Path | None = None) -> Path | None:
+    """The git checkout whose commit names the code rlbench runs, or None outside one.
+
+    1. The directory that holds the imported ``harness`` package, when it is the top of a git
+       work tree: an editable install or a checkout on ``PYTHONPATH``. This holds from any
+       working directory.
+    2. Otherwise (``pip install .``: ``harness`` sits in ``site-packages``, which is never the top
+       of a work tree even when a venv lives inside a clone) the git work tree around the
+       working directory ``cwd``, if any: CI running an installed copy from its own clone, or a
+       plugin project run from its repository.
+    3. Otherwise None: provenance says ``unknown (not a git checkout: <cwd>)`` in one line, and
+       the run's ``rlbench.git_commit`` tag is ``unknown``.
+    """
+    source = Path(__file__).resolve().parents[1]
+    if _git_toplevel(source) == source:
+        return source
+    return _git_toplevel(Path.cwd() if cwd is None else cwd)
+
+
+def not_a_checkout(cwd: Path | None = None) -> str:
+    """The one line that stands for a commit outside any checkout (see :func:`source_checkout`)."""
+    return f"unknown (not a git checkout: {Path.cwd() if cwd is None else cwd})"
+
+
 def git_state(repo: Path | None = None) -> dict[str, Any]:
-    repo = repo or Path(__file__).resolve().parents[1]
+    """HEAD, whether tracked files differ from it (outside ``leaderboards/``) and the branch, of
+    ``repo`` (default: :func:`source_checkout`); all None outside a checkout."""
+    repo = repo or source_checkout()
+    if repo is None:
+        return {"commit": None, "dirty": None, "branch": None}
 
     def run(*args: str) -> str:
         return subprocess.run(["git", *args], cwd=repo, capture_output=True, text=True,

@@ -27,10 +27,10 @@ from dataclasses import dataclass
 
 import torch
 
-from harness.algorithm import Aggregator
+from harness.algorithm import Aggregator, PolicyLoss
 from harness.batch import RolloutBatch
-from harness.components import ConfigError
 from harness.registry import register_policy_loss
+from harness.typed_config import ConfigError
 
 # verl clamps the log-ratio so a stale or broken log-prob cannot overflow exp().
 LOG_RATIO_CLAMP = 20.0
@@ -47,7 +47,7 @@ def token_advantages(advantages: torch.Tensor, like: torch.Tensor) -> torch.Tens
 
 @register_policy_loss("ppo_clip")
 @dataclass
-class PPOClipLoss:
+class PPOClipLoss(PolicyLoss):
     """PPO clipped surrogate with asymmetric bounds and an optional dual clip (null = off)."""
 
     # A token with A = 0 has loss 0 and gradient 0 whatever the ratio, so the trainer may leave

@@ -38,8 +38,8 @@ import logging
 from dataclasses import dataclass
 from typing import Any
 
-from harness.components import ConfigError
 from harness.task import EvalSet, Task
+from harness.typed_config import ConfigError
 from harness.types import Example
 
 log = logging.getLogger("rlbench")

@@ -14,32 +14,16 @@ import random
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any
 
 import torch
 
 from harness.batch import RolloutBatch
+from harness.engines import RolloutEngine
 from harness.multiturn import generate_multiturn, tool_metrics
 from harness.registry import register_rollout
 from harness.task import Task
 from harness.types import Example, SamplingParams, Score, Trajectory
-
-
-class RolloutEngine(Protocol):
-    pad_token_id: int
-    eos_token_ids: list[int]
-    tokenizer: Any  # a transformers tokenizer (its chat template renders chat prompts)
-
-    def encode_prompt(self, example: Example) -> list[int]:
-        """Prompt token ids. For an example with images: a ``MultimodalPrompt`` (still a
-        ``list[int]``) carrying the pixel inputs, which ``generate`` must sample with (hf:
-        ``pixel_values`` in the prefill; vLLM: ``multi_modal_data``) and put on each
-        trajectory's ``mm_inputs`` for the train engine (docs/multimodal.md)."""
-        ...
-
-    def generate(self, prompts: list[list[int]], params: SamplingParams) -> list[Trajectory]:
-        """``params.n`` samples for each prompt, prompt-major order, ``text`` decoded."""
-        ...
 
 
 @dataclass
@@ -157,17 +141,18 @@ class PromptSampler:
 
 
 @torch.no_grad()
-def full_vocab_entropy(engine: object, batch: RolloutBatch, temperature: float,
+def full_vocab_entropy(engine: RolloutEngine, batch: RolloutBatch, temperature: float,
                        chunk: int) -> torch.Tensor | None:
     """The full-vocabulary entropy [B, T] of the sampling distribution at ``temperature`` on every
     response token, from a no-grad forward of ``engine`` in chunks of ``chunk`` rows; None when the
-    engine has no ``forward`` (vLLM: the trainer recomputes it with the train engine). A strategy
+    engine cannot score (``can_forward`` False, vLLM: the trainer recomputes it with the train
+    engine). A strategy
     that sampled with a truncated entropy (``SamplingParams.entropy_topk``) uses it to keep
     ``rollout/entropy`` the same quantity for every algorithm."""
-    forward = getattr(engine, "forward", None)
-    if forward is None or len(batch) == 0:
+    if not engine.can_forward or len(batch) == 0:
         return None
-    parts = [forward(mb, temperature, with_entropy=True)[1].float().cpu()
+    scorer: Any = engine  # a rollout engine that can forward is a train engine too
+    parts = [scorer.forward(mb, temperature, with_entropy=True)[1].float().cpu()
              for mb in batch.split(max(chunk, 1))]
     return torch.cat(parts) * batch["response_mask"]
 

@@ -273,7 +273,7 @@ class Tracker:
         try:
             from mlflow.system_metrics.system_metrics_monitor import SystemMetricsMonitor
         except ImportError as exc:
-            from harness.components import ConfigError
+            from harness.typed_config import ConfigError
 
             raise ConfigError("tracking.system_metrics=true needs psutil (pip install psutil), "
                               f"or set tracking.system_metrics=false ({exc})") from None

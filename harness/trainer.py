@@ -16,16 +16,16 @@ Equal-compute evaluations (``trainer.eval_at_tokens``): harness/evaluation.py ``
 A first Ctrl-C or SIGTERM asks the loop to stop at the end of the current step: it writes a
 checkpoint, marks the MLflow run KILLED and raises :class:`RunInterrupted`; a second signal
 stops at once (the last periodic checkpoint stays on disk). Before training, the cell's config
-hash is looked up in MLflow (:mod:`harness.cells`): a cell that already FINISHED is skipped, and
+hash is looked up in MLflow (:mod:`harness.cell_plan`): a cell that already FINISHED is skipped, and
 an unfinished one (killed, failed, or SIGKILLed while RUNNING) continues from its last checkpoint
 into the same MLflow run and output dir. The checkpoint holds everything the loop's randomness
 depends on (weights, optimizer, scheduler, the sampling generator, the Python / NumPy / torch RNGs,
-the prompt sampler's position), so a resumed run logs the same metrics as an uninterrupted one.
+the prompt sampler's position), so a resumed run logs the same metrics as an uninterrupted one:
+:meth:`Trainer.resumables` is the one table of what is saved and how each part is restored.
 
-Cost ledger (summary metrics, for compute-matched comparisons): ``final/tokens_total``
-(generated), ``final/tokens_trained`` (response tokens that went through a backward pass),
-``final/time_<stage>_s`` (wall seconds per stage over the run), ``final/peak_mem_mb`` (peak
-resident memory of the process) and, on a GPU, ``final/peak_gpu_mem_mb``.
+Where the rest lives: the cost ledger and the loop state (:mod:`harness.ledger`), the summary rule
+(``final/*`` = the last evaluation; :mod:`harness.summary`), status lines and signal handling
+(:mod:`harness.run_status`), what to do with a cell that already ran (:mod:`harness.cell_plan`).
 """
 
 from __future__ import annotations
@@ -37,15 +37,16 @@ import os
 import signal
 import time
 from collections import defaultdict
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import torch
 from omegaconf import DictConfig, OmegaConf
 
-from harness.algorithm import Algorithm, build_algorithm
+from harness.algorithm import Algorithm
 from harness.batch import RolloutBatch
-from harness.cells import HASH_TAG, CellPlan, plan_cell
+from harness.cell_plan import HASH_TAG, CellPlan, plan_cell
 from harness.checkpoint import (
     prune_checkpoints,
     restore_rng_state,
@@ -53,26 +54,27 @@ from harness.checkpoint import (
     save_checkpoint,
     seed_everything,
 )
-from harness.components import ConfigError, build
-from harness.config import validate_config
+from harness.config import RunParts, resolve_defaults, validate_config
+from harness.engines import RolloutEngine, TrainEngine
 from harness.evaluation import at_marks, check_eval_sets, evaluate
-from harness.lifecycle import (
+from harness.ledger import LoopState, timed, upgrade_state
+from harness.manifest import build_manifest, git_label
+from harness.prompts import fit_data
+from harness.registry import BACKENDS, MODELS
+from harness.rollout import PromptSampler, RolloutContext, on_policy_rows, rollout_metrics
+from harness.rollout_correction import apply_rollout_correction
+from harness.run_status import (
     RunInterrupted,
     eval_line,
-    eval_summary,
     finish_text,
     install_handlers,
-    peak_rss_mb,
     restore_handlers,
     status_line,
 )
-from harness.manifest import build_manifest, git_label
-from harness.prompts import fit_data
-from harness.registry import BACKENDS, MODELS, TASKS
-from harness.rollout import PromptSampler, RolloutContext, on_policy_rows, rollout_metrics
-from harness.rollout_correction import apply_rollout_correction
+from harness.summary import eval_summary
 from harness.task import Task
 from harness.tracking import Tracker
+from harness.typed_config import ConfigError
 from harness.types import SamplingParams
 
 log = logging.getLogger("rlbench")
@@ -84,13 +86,18 @@ def process_rank() -> int:
 
 
 class Trainer:
-    def __init__(self, cfg: DictConfig, output_dir: str | Path | None = None) -> None:
-        validate_config(cfg)
+    """One cell's training run. ``parts``: the task and algorithm already built from ``cfg`` by
+    :func:`harness.config.validate_config` (the CLI's check of the cell); built here otherwise."""
+
+    def __init__(self, cfg: DictConfig, output_dir: str | Path | None = None,
+                 parts: RunParts | None = None) -> None:
+        if parts is None:
+            parts = validate_config(cfg)
+        else:  # built by the CLI's check of this cell, from the same overrides
+            resolve_defaults(cfg, parts.task)
         self.cfg = cfg
-        self.task: Task = build(TASKS, cfg.task, "task")
-        if cfg.rollout.max_new_tokens is None:
-            cfg.rollout.max_new_tokens = self.task.default_max_new_tokens
-        self.algorithm: Algorithm = build_algorithm(cfg.algorithm, cfg.rollout.max_new_tokens)
+        self.task: Task = parts.task
+        self.algorithm: Algorithm = parts.algorithm
         self.run_name = cfg.tracking.run_name or (
             f"{cfg.algorithm.name}-{cfg.task.name}-{cfg.model.name}-s{cfg.seed}"
         )
@@ -98,20 +105,19 @@ class Trainer:
             cfg.trainer.output_dir or output_dir
             or Path("outputs") / f"{self.run_name}-{time.strftime('%Y%m%d-%H%M%S')}"
         )
-        self.step = 0
-        self.tokens_total = 0.0
-        self.tokens_trained = 0.0
-        self.stage_totals: dict[str, float] = defaultdict(float)
-        self.peak_mem_mb = 0.0
-        self.wall_offset = 0.0
-        self.warm_start_s = 0.0  # resolving (building, warm-starting) the model: not wall_s
+        self.state = LoopState()  # step, evaluations, cost ledger: saved in every checkpoint
         self.last_checkpoint: Path | None = None
-        self._t_start = time.perf_counter()  # fit() restarts it; setup() moves it past the
-        self._first_step = 0                 # warm start
         self.plan: CellPlan | None = None
-        self.eval_history: list[dict[str, float]] = []
+        self.tracker: Tracker | None = None
+        self.engine: TrainEngine
+        self.rollout_engine: RolloutEngine
+        self._first_step = 0  # the step this process started from (its ETA)
         self._eval_after_step = False  # a token mark wants the policy after this step's update
         self._stop_signal: int | None = None
+
+    @property
+    def step(self) -> int:
+        return self.state.step
 
     # -- setup ----------------------------------------------------------------------------------
     def setup(self) -> CellPlan:
@@ -132,15 +138,16 @@ class Trainer:
             torch.set_num_threads(cfg.backend.threads)
         if cfg.trainer.eval_every > 0:
             check_eval_sets(self.task)
+        ledger = self.state.ledger
         t0 = time.perf_counter()
         self.model_path = MODELS.get(cfg.model.source)(cfg.model, self.task)
-        self.warm_start_s = time.perf_counter() - t0
-        self._t_start += self.warm_start_s  # the run's own wall time starts after it
+        ledger.warm_start_s = time.perf_counter() - t0
+        ledger.exclude(ledger.warm_start_s)  # the run's own wall time starts after it
         self.separate_engines = cfg.backend.rollout != cfg.backend.train
         if self.separate_engines:
             # the rollout engine first: vLLM sizes its memory from what is free when it starts
             rollout_cls = BACKENDS.get(cfg.backend.rollout)
-            if not getattr(rollout_cls, "receives_weights", False):
+            if not rollout_cls.receives_weights:
                 raise ConfigError(
                     f"backend.rollout={cfg.backend.rollout!r} cannot take weights from "
                     f"backend.train={cfg.backend.train!r}; use the same engine for both")
@@ -168,7 +175,7 @@ class Trainer:
             top_k=cfg.rollout.top_k, max_new_tokens=cfg.rollout.max_new_tokens,
             entropy=cfg.rollout.entropy,
         )
-        resume_state = self._load_resume(self.plan) if self.plan.action == "resume" else None
+        resumed = self._load_resume(self.plan) if self.plan.action == "resume" else None
         tags = {
             "rlbench.algorithm": cfg.algorithm.name, "rlbench.task": cfg.task.name,
             "rlbench.task_variant": str(cfg.task.get("variant", "")),
@@ -183,7 +190,7 @@ class Trainer:
         self.tracker.start(self.run_name, tags, run_id=self.plan.run_id)
         if self.plan.claim is not None:
             self.plan.claim.note_run(self.tracker.run_id)
-        if resume_state is None:
+        if resumed is None:
             self.tracker.log_params(cfg)
             manifest = build_manifest(cfg, self.task.dataset_hash(), self.model_path)
             self.tracker.log_json(manifest, "manifest.json")
@@ -197,21 +204,33 @@ class Trainer:
                  self.tracker.uri if self.tracker.enabled else "off", self.output_dir)
         return self.plan
 
+    # -- resume state ---------------------------------------------------------------------------
+    def resumables(self) -> dict[str, tuple[Callable[[], Any], Callable[[Any], None]]]:
+        """The resume state, one entry per part: how it is saved and how it is restored (one
+        table, so a part cannot be saved and not restored). Restored in this order after the
+        engine's weights and optimizer; the RNGs last, so nothing drawn while restoring counts."""
+        return {
+            "loop": (self.state.state_dict, self.state.load_state_dict),
+            "sampler": (self.sampler.state_dict, self.sampler.load_state_dict),
+            "algorithm": (self.algorithm.state_dict, self.algorithm.load_state_dict),
+            "rng": (rng_state, restore_rng_state),
+        }
+
+    def save(self) -> Path:
+        state = {name: save() for name, (save, _) in self.resumables().items()}
+        state["run_id"] = self.tracker.run_id if self.tracker is not None else None
+        state["config"] = OmegaConf.to_container(self.cfg, resolve=True)  # for rlbench eval
+        self.last_checkpoint = save_checkpoint(self.engine, self.output_dir, self.step, state)
+        return self.last_checkpoint
+
     def _load_resume(self, plan: CellPlan) -> dict[str, Any]:
         path = plan.checkpoint
-        state = json.loads((path / "trainer_state.json").read_text())
+        state = upgrade_state(json.loads((path / "trainer_state.json").read_text()))
         self.engine.load(path)
         if self.separate_engines:
             self.rollout_engine.update_weights(self.engine)
-        self.sampler.load_state_dict(state["sampler"])
-        self.step, self.tokens_total = state["step"], state["tokens_total"]
-        self.tokens_trained = state.get("tokens_trained", 0.0)
-        self.stage_totals.update(state.get("stage_totals", {}))
-        self.peak_mem_mb = state.get("peak_mem_mb", 0.0)
-        self.wall_offset = state.get("wall_s", 0.0)
-        self.eval_history = state.get("eval_history", [])
-        self.algorithm.load_state_dict(state.get("algorithm", {}))
-        restore_rng_state(state)
+        for name, (_, restore) in self.resumables().items():
+            restore(state[name])
         if plan.run_id is None:
             plan.run_id = state.get("run_id")
         log.info("[%s] resuming %s: from step %d", self.run_name, plan.reason, self.step)
@@ -219,48 +238,48 @@ class Trainer:
 
     # -- one step -------------------------------------------------------------------------------
     def train_step(self) -> dict[str, float]:
-        cfg, eng = self.cfg, self.engine
-        t_step = time.perf_counter()
-        ctx = RolloutContext(engine=self.rollout_engine, task=self.task,
-                             draw_prompts=self.sampler.draw,
-                             prompts_per_step=cfg.data.prompts_per_step, sampling=self.sampling,
-                             shape_rewards=self.algorithm.shape_rewards)
-        batch = self.algorithm.rollout(ctx)
-        if self.separate_engines and hasattr(self.rollout_engine, "sleep"):
-            self.rollout_engine.sleep()  # hand the GPU memory to training
-        timings = {f"time/{k}": v for k, v in ctx.timings.items()}
-        metrics: dict[str, float] = dict(ctx.metrics)
-        before = self.tokens_total
-        self.tokens_total += metrics.get("rollout/tokens", 0.0)
-        metrics["rollout/tokens_total"] = self.tokens_total
-        self._eval_at_marks(before, self.tokens_total)
-        if len(batch) > 0:
-            micro = cfg.trainer.micro_batch_size or cfg.trainer.mini_batch_size or len(batch)
-            t0 = time.perf_counter()
-            batch["old_logprobs"] = self.old_logprobs(batch, micro)
-            timings["time/old_logprob"] = time.perf_counter() - t0
-            metrics.update(self.rollout_correction(batch))
-            if self.algorithm.needs_reference:
-                t0 = time.perf_counter()
-                batch["ref_logprobs"] = eng.logprobs(batch, cfg.rollout.temperature, micro,
-                                                     reference=True)
-                timings["time/ref"] = time.perf_counter() - t0
-            t0 = time.perf_counter()
-            metrics.update(self.algorithm.compute_advantages(batch))
-            batch, selected = self.algorithm.select_training_rows(batch)
-            metrics.update(selected)
-            timings["time/adv"] = time.perf_counter() - t0
-            t0 = time.perf_counter()
-            metrics.update(self.update(batch, old_is_current=True))
-            timings["time/update"] = time.perf_counter() - t0
-            t0 = time.perf_counter()
-            self.rollout_engine.update_weights(eng)
+        """One step: rollout, pi_old (and pi_ref), advantages, the update, the weight sync."""
+        cfg, eng, ledger = self.cfg, self.engine, self.state.ledger
+        timings: dict[str, float] = {}
+        with timed(timings, "time/step"):
+            ctx = RolloutContext(engine=self.rollout_engine, task=self.task,
+                                 draw_prompts=self.sampler.draw,
+                                 prompts_per_step=cfg.data.prompts_per_step,
+                                 sampling=self.sampling, shape_rewards=self.algorithm.shape_rewards)
+            batch = self.algorithm.rollout(ctx)
             if self.separate_engines:
-                timings["time/sync"] = time.perf_counter() - t0
-        metrics.update(rollout_metrics(batch, cfg.rollout.temperature))
-        metrics["actor/lr"] = eng.lr
-        timings["time/step"] = time.perf_counter() - t_step
-        return {**metrics, **timings}
+                self.rollout_engine.sleep()  # hand the GPU memory to training
+            timings.update({f"time/{k}": v for k, v in ctx.timings.items()})
+            metrics: dict[str, float] = dict(ctx.metrics)
+            before = ledger.tokens_total
+            ledger.tokens_total += metrics.get("rollout/tokens", 0.0)
+            metrics["rollout/tokens_total"] = ledger.tokens_total
+            self._eval_at_marks(before, ledger.tokens_total)
+            if len(batch) > 0:
+                micro = cfg.trainer.micro_batch_size or cfg.trainer.mini_batch_size or len(batch)
+                with timed(timings, "time/old_logprob"):
+                    batch["old_logprobs"] = self.old_logprobs(batch, micro)
+                metrics.update(self.rollout_correction(batch))
+                if self.algorithm.needs_reference:
+                    with timed(timings, "time/ref"):
+                        batch["ref_logprobs"] = eng.logprobs(batch, cfg.rollout.temperature,
+                                                             micro, reference=True)
+                with timed(timings, "time/adv"):
+                    metrics.update(self.algorithm.compute_advantages(batch))
+                    batch, selected = self.algorithm.select_training_rows(batch)
+                    metrics.update(selected)
+                with timed(timings, "time/update"):
+                    metrics.update(self.update(batch, old_is_current=True))
+                sync: dict[str, float] = {}
+                with timed(sync, "time/sync"):
+                    self.rollout_engine.update_weights(eng)
+                if self.separate_engines:
+                    timings.update(sync)
+            metrics.update(rollout_metrics(batch, cfg.rollout.temperature))
+            metrics["actor/lr"] = eng.lr
+        # the step's own time last, as before the other timings
+        step_s = timings.pop("time/step")
+        return {**metrics, **timings, "time/step": step_s}
 
     def old_logprobs(self, batch: RolloutBatch, micro: int) -> torch.Tensor:
         """log pi_old of every row at the training temperature. ``recompute`` runs the train
@@ -355,8 +374,8 @@ class Trainer:
         """``trainer.length_bucketing``: rows of similar length together (RolloutBatch.
         bucketed_split), unless the loss couples a micro-batch's rows (AEPO's z-score)."""
         size = self.cfg.trainer.micro_batch_size
-        if self.cfg.trainer.get("length_bucketing", False) and not getattr(
-                self.algorithm.policy_loss, "micro_batch_coupled", False):
+        if self.cfg.trainer.length_bucketing and \
+                not self.algorithm.policy_loss.micro_batch_coupled:
             return mb.bucketed_split(size)
         return list(mb.split(size))
 
@@ -376,39 +395,22 @@ class Trainer:
         evaluate now (the policy trained on ``before`` tokens, logged at ``self.step``) for each
         crossed mark nearer ``before``; flag an evaluation after the update for the others."""
         now, self._eval_after_step = at_marks(self.cfg.trainer.eval_at_tokens, before, after)
-        if now and not self._evaluated(self.step):
+        if now and not self.state.evaluated(self.step):
             self._status(self.run_eval(), is_eval=True)
-
-    def _evaluated(self, step: int) -> bool:
-        return any(e["step"] == step for e in self.eval_history)
 
     def run_eval(self) -> dict[str, float]:
         metrics, samples, problems = evaluate(
             self.rollout_engine, self.task, self.cfg.seed, self.step,
             samples_to_keep=self.cfg.tracking.log_samples,
             desc=f"[{self.run_name}] eval step {self.step}", sets=self.eval_sets)
-        self.eval_history.append({"step": self.step, **metrics})
-        self.stage_totals["eval"] += metrics.get("time/eval", 0.0)
+        self.state.eval_history.append({"step": self.step, **metrics})
+        self.state.ledger.add_stage("eval", metrics.get("time/eval", 0.0))
         self.tracker.log_metrics(metrics, self.step)
         if samples:
             self.tracker.log_table(samples, f"samples/eval_step_{self.step:06d}.json")
         # per-problem correct counts: problem-level errors and noise can be recomputed later
         self.tracker.log_jsonl(problems, f"evals/step_{self.step:06d}.jsonl")
         return metrics
-
-    def save(self) -> Path:
-        state = {
-            "step": self.step, "tokens_total": self.tokens_total,
-            "tokens_trained": self.tokens_trained, "stage_totals": dict(self.stage_totals),
-            "peak_mem_mb": self._peak_mem(),
-            "sampler": self.sampler.state_dict(), "run_id": self.tracker.run_id,
-            "wall_s": self.wall_offset + (time.perf_counter() - self._t_start),
-            "eval_history": self.eval_history,
-            "config": OmegaConf.to_container(self.cfg, resolve=True),  # for rlbench eval
-            "algorithm": self.algorithm.state_dict(), **rng_state(),
-        }
-        self.last_checkpoint = save_checkpoint(self.engine, self.output_dir, self.step, state)
-        return self.last_checkpoint
 
     def _request_stop(self, signum: int, frame: Any) -> None:
         if self._stop_signal is not None:  # second signal: stop now
@@ -419,7 +421,7 @@ class Trainer:
 
     def fit(self) -> dict[str, float]:
         """Run (or continue) training; returns the summary metrics."""
-        self._t_start = time.perf_counter()
+        self.state.ledger.restart_clock()
         handlers = install_handlers(self._request_stop)
         status = "FAILED"
         try:
@@ -439,7 +441,7 @@ class Trainer:
         finally:
             restore_handlers(handlers)
             try:
-                if hasattr(self, "tracker") and status != "SKIPPED":
+                if self.tracker is not None and status != "SKIPPED":
                     self.tracker.end(status, self.output_dir / "logged.json")
             finally:  # the cell is given up whatever happened above
                 if self.plan is not None:
@@ -455,20 +457,19 @@ class Trainer:
                 raise RuntimeError(f"cell {self.plan.config_hash} was taken over by another "
                                    "process (this one was presumed gone): stopped")
             metrics = self.train_step()
-            self.step += 1
-            self.tokens_trained += metrics.get("actor/tokens_trained", 0.0)
-            metrics["actor/tokens_trained_total"] = self.tokens_trained
-            for key, seconds in metrics.items():
-                if key.startswith("time/") and key != "time/step":
-                    self.stage_totals[key[len("time/"):]] += seconds
-            wall = self.wall_offset + time.perf_counter() - self._t_start
+            self.state.step += 1
+            ledger = self.state.ledger
+            ledger.tokens_trained += metrics.get("actor/tokens_trained", 0.0)
+            metrics["actor/tokens_trained_total"] = ledger.tokens_trained
+            ledger.add_stages(metrics)
+            wall = ledger.wall()
             metrics["time/wall"] = wall
             self.tracker.log_metrics(metrics, self.step)
             if cfg.status_every and self.step % cfg.status_every == 0:
                 self._status(metrics)
             last = self.step == cfg.steps or (cfg.max_wall_s and wall >= cfg.max_wall_s)
             due = cfg.eval_every > 0 and (self.step % cfg.eval_every == 0 or last)
-            if (due or self._eval_after_step) and not self._evaluated(self.step):
+            if (due or self._eval_after_step) and not self.state.evaluated(self.step):
                 self._status(self.run_eval(), is_eval=True)
             self._eval_after_step = False
             if self._stop_signal is not None:
@@ -482,25 +483,11 @@ class Trainer:
         return self._summary()
 
     def _summary(self) -> dict[str, float]:
-        """final/* = the last evaluation (the trained model); start/* = the step-0 evaluation."""
-        summary: dict[str, float] = {"final/steps": float(self.step),
-                                     "final/tokens_total": self.tokens_total,
-                                     "final/tokens_trained": self.tokens_trained,
-                                     "final/peak_mem_mb": self._peak_mem(),
-                                     "final/wall_s": self.wall_offset + time.perf_counter()
-                                     - self._t_start,
-                                     "final/warm_start_s": self.warm_start_s}
-        summary.update({f"final/time_{k}_s": v for k, v in sorted(self.stage_totals.items())})
-        if torch.cuda.is_available():
-            summary["final/peak_gpu_mem_mb"] = torch.cuda.max_memory_allocated() / 2**20
-        summary.update(eval_summary(self.eval_history))
+        """The cost ledger's ``final/*`` and the evaluations' (:mod:`harness.summary`)."""
+        summary = self.state.ledger.summary(self.step)
+        summary.update(eval_summary(self.state.eval_history))
         self.tracker.log_metrics(summary, self.step)
         return summary
-
-    def _peak_mem(self) -> float:
-        """Peak resident memory in MiB, the max over resumes."""
-        self.peak_mem_mb = max(self.peak_mem_mb, peak_rss_mb())
-        return self.peak_mem_mb
 
     def _finish(self, summary: dict[str, float]) -> None:
         """After FINISHED: the final model logged on request, old checkpoints dropped, and the
@@ -513,7 +500,7 @@ class Trainer:
         if cfg.trainer.keep_checkpoints > 0:
             prune_checkpoints(self.output_dir, cfg.trainer.keep_checkpoints)
         log.info(finish_text(
-            self.run_name, summary, self.warm_start_s,
+            self.run_name, summary, self.state.ledger.warm_start_s,
             run_id=self.tracker.run_id if self.tracker.enabled else None, uri=self.tracker.uri,
             experiment=cfg.tracking.experiment, output_dir=self.output_dir,
             checkpoint=self.last_checkpoint))
@@ -524,7 +511,7 @@ class Trainer:
             return
         # ETA from this process's pace (evaluations included), not from a resumed run's start
         done = self.step - self._first_step
-        elapsed = time.perf_counter() - self._t_start
+        elapsed = self.state.ledger.elapsed()
         eta = elapsed / done * (self.cfg.trainer.steps - self.step) if done > 0 else 0.0
         log.info(status_line(self.run_name, self.step, self.cfg.trainer.steps, m, eta))
 

@@ -15,9 +15,9 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from harness.components import ConfigError, validate
 from harness.mathgrade.extract import METHODS, check_methods, extract_answer, last_boxed
 from harness.mathgrade.grading import GraderConfig, MathGrader, answer_reward, grading_stats
+from harness.typed_config import ConfigError, validate
 from harness.types import Example, Score
 
 

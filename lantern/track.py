@@ -21,7 +21,7 @@ typed by :class:`LanternConfig`. A cell:
    success >= ``eval.threshold``; the budget when never reached, with ``final/reached`` = 0),
    and artifacts ``dfa.json`` and ``neighbourhood.json``.
 
-A cell whose MLflow run FINISHED with the same config hash (``harness.cells.config_hash``) is
+A cell whose MLflow run FINISHED with the same config hash (``harness.cell_plan.config_hash``) is
 skipped; tabular runs take seconds, so an unfinished one is simply run again.
 """
 
@@ -38,14 +38,15 @@ from typing import Any
 import numpy as np
 from omegaconf import DictConfig, OmegaConf
 
-from harness.cells import HASH_TAG, config_hash
-from harness.components import ConfigError, build
+from harness.cell_plan import HASH_TAG, config_hash
+from harness.config import CONF_DIR as _HARNESS_CONF
 from harness.config import TrackingConfig
+from harness.typed_config import ConfigError, build
 from lantern.agent import AGENTS, LanternAgent, QLearningAgent, Source, TransferContext
 from lantern.dfa import DFA_GENERATORS, Dfa, DfaValidationError, dfa_to_json
 from lantern.envs import ENVS, AutomatonGridEnv, GridMap
 
-CONF_DIR = Path(__file__).resolve().parents[1] / "conf" / "lantern"
+CONF_DIR = _HARNESS_CONF / "lantern"  # shipped with rlbench's configs (harness.config.conf_dir)
 KIND = "lantern"
 
 
@@ -382,7 +383,7 @@ def run_hydra(overrides: list[str], multirun: bool) -> None:
 
 def build_board(uri: str, experiment: str | None, out: str | None,
                 log_to_mlflow: bool = True, allow_dirty: bool = False) -> list[Path]:
-    from lantern.board import build_board as _build
+    from lantern.transfer_board import build_board as _build
 
     return _build(uri, experiment or "lantern", out or "leaderboards/lantern",
                   log_to_mlflow=log_to_mlflow, allow_dirty=allow_dirty)

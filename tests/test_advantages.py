@@ -9,9 +9,9 @@ import torch
 
 import algorithms  # noqa: F401  (registers the estimators)
 from harness.batch import RolloutBatch
-from harness.components import ConfigError, build
 from harness.groups import group_max, group_mean, group_min, group_std
 from harness.registry import ADVANTAGES
+from harness.typed_config import ConfigError, build
 from harness.types import Score, Trajectory
 
 ESTIMATORS = {

@@ -12,13 +12,13 @@ from omegaconf import OmegaConf
 
 import algorithms  # noqa: F401  (registers the estimators)
 from algorithms.aem import GRPOAEM, AEMAdvantage, aem_weights, mean_token_entropy
-from harness.algorithm import build_algorithm
+from harness.algorithm import AdvantageEstimator, build_algorithm
 from harness.batch import RolloutBatch
-from harness.components import ConfigError, build
 from harness.registry import ADVANTAGES, ALGORITHMS
 from harness.trainer import Trainer
+from harness.typed_config import ConfigError, build
 from harness.types import Score, Trajectory
-from tests.conftest import make_config
+from tests.helpers import make_config
 
 YAML = "conf/algorithm/grpo_aem.yaml"
 
@@ -199,7 +199,7 @@ def test_token_level_base_is_broadcast():
     b = random_batch(2)
     alpha = aem(lam=1.0).weights(b)
 
-    class TokenBase:
+    class TokenBase(AdvantageEstimator):
         def __call__(self, batch):
             return torch.arange(batch["response_mask"].numel(), dtype=torch.float32).view(
                 batch["response_mask"].shape) - 10.0

@@ -8,7 +8,11 @@ import pytest
 from mlflow.tracking import MlflowClient
 
 from harness.trainer import Trainer
-from tests.conftest import make_config
+from tests.helpers import make_config
+
+# slow: the first of these builds the tiny model warm-started on the agentic task (~35 s on a
+# loaded 2-core machine; once per session, tests/conftest.py model_cache), the others ~1.5 s
+pytestmark = pytest.mark.slow
 
 SMALL = ["task=agentic_qa", "trainer.steps=1", "trainer.eval_every=0",
          "trainer.checkpoint_every=0", "data.prompts_per_step=2", "rollout.n=4",

@@ -12,9 +12,9 @@ from collections import Counter
 import pytest
 
 from harness.cli import compose_config
-from harness.components import ConfigError, build, validate
 from harness.registry import TASKS
-from tasks.agentic_qa import AgenticQATask, FullConfig, TinyConfig, datasets
+from harness.typed_config import ConfigError, build, validate
+from tasks.agentic_qa import datasets
 from tasks.agentic_qa.grading import (
     exact_match,
     extract_answer,
@@ -23,6 +23,7 @@ from tasks.agentic_qa.grading import (
     normalize_answer,
     toolstar_reward,
 )
+from tasks.agentic_qa.task import AgenticQATask, FullConfig, TinyConfig
 from tasks.agentic_qa.tools import BM25Search
 
 

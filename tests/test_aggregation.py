@@ -11,9 +11,9 @@ import torch
 import algorithms  # noqa: F401  (registers estimators and ppo_clip)
 from harness.algorithm import AGG_MODES, Aggregator, build_algorithm
 from harness.batch import RolloutBatch
-from harness.components import build
 from harness.policy_loss import PPOClipLoss
 from harness.registry import ADVANTAGES
+from harness.typed_config import build
 from harness.types import Score, Trajectory
 
 L_MAX = 16

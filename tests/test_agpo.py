@@ -14,11 +14,11 @@ import algorithms  # noqa: F401  (registers the estimators)
 from algorithms.agpo import AGPO
 from harness.algorithm import build_algorithm
 from harness.batch import RolloutBatch
-from harness.components import ConfigError, build
 from harness.registry import ADVANTAGES, ALGORITHMS
 from harness.trainer import Trainer
+from harness.typed_config import ConfigError, build
 from harness.types import Score, Trajectory
-from tests.conftest import make_config
+from tests.helpers import make_config
 
 YAML = "conf/algorithm/agpo.yaml"
 

@@ -13,8 +13,8 @@ from omegaconf import OmegaConf
 
 import algorithms
 from harness.algorithm import AlgorithmConfig, KLConfig, OverlongConfig, build_algorithm
-from harness.components import ConfigError, schema_of
 from harness.registry import ADVANTAGES, ALGORITHMS, POLICY_LOSSES, ROLLOUTS, RegistryError
+from harness.typed_config import ConfigError, schema_of
 
 ROOT = Path(__file__).resolve().parents[1]
 CONF = ROOT / "conf" / "algorithm"

@@ -13,16 +13,17 @@ from omegaconf import OmegaConf
 import algorithms  # noqa: F401  (registers arbitrary_entropy)
 from algorithms.arbitrary_entropy import choose_temperature, substitution_count
 from harness.algorithm import build_algorithm
-from harness.components import ConfigError
+from harness.engines import RolloutEngine
 from harness.rollout import RolloutContext
 from harness.task import Task
+from harness.typed_config import ConfigError
 from harness.types import Example, SamplingParams, Score, Trajectory
 
 CONF = Path(__file__).resolve().parents[1] / "conf" / "algorithm" / "arbitrary_entropy.yaml"
 V = 20  # toy vocabulary: a response is one token
 
 
-class CategoricalEngine:
+class CategoricalEngine(RolloutEngine):
     """One-token responses sampled from softmax(θ / T); log-probs at that temperature."""
 
     pad_token_id = 0

@@ -14,17 +14,18 @@ from omegaconf import OmegaConf
 import algorithms  # noqa: F401  (registers arpo)
 from algorithms.arpo import EntropyBranching, fork_probability, hard_attribution, should_fork
 from harness.algorithm import build_algorithm
-from harness.components import ConfigError
+from harness.engines import RolloutEngine
 from harness.rollout import RolloutContext
 from harness.task import Task
 from harness.tools import ToolEnv
+from harness.typed_config import ConfigError
 from harness.types import Example, SamplingParams, Score, Trajectory
 
 CONF = Path(__file__).resolve().parents[1] / "conf" / "algorithm" / "arpo.yaml"
 CHARS = "<>/searchanswerult 0123456789xy"
 
 
-class ToolEngine:
+class ToolEngine(RolloutEngine):
     """Char-level ids. A trajectory searches ``hops`` times, then answers; segment k (k = number
     of tool results in its prefix) is sampled with per-token entropy ``entropy(k)``; the answer
     is "1" or "0" at random (seeded), so groups have reward variance."""
@@ -217,6 +218,7 @@ class TopkEngine(ToolEngine):
     entropy ``FULL`` per token, as a real engine's recomputation would."""
 
     FULL = 4.2
+    can_forward = True
 
     def __init__(self, hops: int, topk, full=lambda k: 1.0, seed: int = 0) -> None:
         super().__init__(hops, topk, seed)

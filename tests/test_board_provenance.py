@@ -189,7 +189,7 @@ def test_demo_writes_only_paths_git_ignores(monkeypatch, tmp_path):
 def test_sweep_records_its_overrides_and_the_board_checks_them(tmp_path, cli_env):
     """Through the command line: a named sweep's cell run with an extra override is tagged with
     its overrides, and the board built from it says the sweep alone does not reproduce it."""
-    from tests.conftest import FAST_PRETRAIN
+    from tests.helpers import FAST_PRETRAIN
 
     cli = [sys.executable, "-m", "harness.cli"]
     small = [*FAST_PRETRAIN, "backend.threads=1", "data.prompts_per_step=4", "rollout.n=4",
@@ -320,8 +320,9 @@ def _assert_same_board(committed: Path, rebuilt: Path) -> None:
             assert (committed / name).read_bytes() == (rebuilt / name).read_bytes(), name
 
 
-@pytest.mark.parametrize("board", ["code-tiny", "geometry3k-tiny", "countdown-baselines",
-                                   "lpo-lr-tuned"])
+# code-tiny: rebuilt through `rlbench board --runs` below, in the fast lane; these take 7 to 40 s
+@pytest.mark.slow
+@pytest.mark.parametrize("board", ["geometry3k-tiny", "countdown-baselines", "lpo-lr-tuned"])
 def test_a_committed_board_rebuilds_from_its_export_with_the_current_code(tmp_path, monkeypatch,
                                                                           board):
     # The committed pages must be what today's board code makes of their exported runs: a change
@@ -356,11 +357,11 @@ def test_runs_names_each_export_once_however_it_is_reached(tmp_path):
                                                                     "b/y/runs.jsonl.gz"]
 
 
-def test_board_runs_rebuilds_a_committed_board_from_its_export_alone(tmp_path):
-    out = subprocess.run([sys.executable, "-m", "harness.cli", "board", "--experiment",
-                          "code-tiny", "--runs", str(ROOT / "leaderboards" / "code-tiny"),
-                          "--out", str(tmp_path / "code-tiny"), "--allow-dirty"],
-                         cwd=ROOT, capture_output=True, text=True, timeout=300)
+def test_board_runs_rebuilds_a_committed_board_from_its_export_alone(tmp_path,
+                                                                    rlbench_in_process):
+    out = rlbench_in_process("board", "--experiment", "code-tiny", "--runs",
+                             str(ROOT / "leaderboards" / "code-tiny"),
+                             "--out", str(tmp_path / "code-tiny"), "--allow-dirty", cwd=ROOT)
     assert out.returncode == 0, out.stderr[-2000:]
     head = (tmp_path / "code-tiny" / "README.md").read_text().splitlines()
     for page in (tmp_path / "code-tiny").glob("**/*.md"):  # --out outside the repository

@@ -21,7 +21,7 @@ from harness.cli import compose_config
 from harness.report.board import build_leaderboards as _build
 from harness.report.collect import identity
 from harness.report.config import BoardError
-from tests.conftest import make_config
+from tests.helpers import make_config
 
 build_leaderboards = functools.partial(_build, allow_dirty=True, log_to_mlflow=False)
 SMALL = ["data.prompts_per_step=4", "rollout.n=4", "task.tiny.eval.heldout.limit=16",

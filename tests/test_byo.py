@@ -1,4 +1,4 @@
-"""README "Bring your own model, data and reward", run as written: the README's files and
+"""docs/bring-your-own.md, run as written: the page's files and
 commands are this test's input, on a local Hugging Face model directory built here."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from mlflow.tracking import MlflowClient
 
-README = Path(__file__).resolve().parents[1] / "README.md"
+README = Path(__file__).resolve().parents[1] / "docs" / "bring-your-own.md"
 BLOCK = re.compile(r"<!-- byo-example: (\S+) -->\n```[a-z]*\n(.*?)```", re.DOTALL)
 
 

@@ -12,10 +12,10 @@ import torch
 from algorithms.cispo import CISPOLoss
 from algorithms.gppo import GPPOLoss
 from harness.algorithm import Aggregator
-from harness.components import ConfigError, build
 from harness.policy_loss import PPOClipLoss
 from harness.registry import ALGORITHMS, POLICY_LOSSES
-from tests.test_policy_loss import make_mb
+from harness.typed_config import ConfigError, build
+from tests.helpers import make_mb
 
 EPS_L, EPS_H, C = 0.2, 0.28, 3.0
 
@@ -140,8 +140,7 @@ def test_both_losses_and_bundles_are_registered_for_any_bundle():
 @pytest.mark.parametrize("name", ["gppo", "cispo"])
 def test_a_short_run_of_each_bundle_finishes(name, tmp_path, model_cache):
     from harness.trainer import Trainer
-    from tests.conftest import make_config
-    from tests.test_trainer import SMALL
+    from tests.helpers import SMALL, make_config
 
     summary = Trainer(make_config(tmp_path, model_cache, *SMALL, f"algorithm={name}",
                                   "trainer.steps=2", "tracking.enabled=false")).fit()

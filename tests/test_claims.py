@@ -107,6 +107,7 @@ while not os.path.exists(sys.argv[2]) and time.time() < deadline:
 """
 
 
+@pytest.mark.slow
 def test_processes_racing_for_a_cell_on_a_new_store_leave_one_winner(tmp_path):
     """Six processes open a store that does not exist yet and claim one cell at once: the store
     comes up once (no 'table ... already exists') and exactly one of them gets the cell."""
@@ -158,8 +159,8 @@ def test_rlbench_ui_never_opens_on_a_live_claim(store):
 
 
 def test_plan_cell_finds_a_claimed_cell_busy_and_a_finished_one_skipped(tmp_path, model_cache):
-    from harness.cells import plan_cell
-    from tests.conftest import make_config
+    from harness.cell_plan import plan_cell
+    from tests.helpers import make_config
 
     cfg = make_config(tmp_path, model_cache)
     tracker = Tracker(cfg.tracking.uri, cfg.tracking.experiment)
@@ -199,7 +200,7 @@ def test_a_claim_created_but_answered_with_an_error_is_adopted_not_left_orphaned
 
 
 def test_a_heartbeat_that_finds_its_claim_taken_over_marks_it_lost(store):
-    from harness.cells import CellPlan
+    from harness.cell_plan import CellPlan
 
     held = claim_cell(store.client, store.experiment_id, "taken")
     plan = CellPlan("fresh", "taken", claim=held)
@@ -218,8 +219,8 @@ def test_a_heartbeat_that_is_not_a_finite_recent_time_is_no_live_holder():
 
 
 def test_plan_cell_releases_its_claim_when_planning_fails(tmp_path, model_cache, monkeypatch):
-    from harness import cells
-    from tests.conftest import make_config
+    from harness import cell_plan
+    from tests.helpers import make_config
 
     cfg = make_config(tmp_path, model_cache)
     tracker = Tracker(cfg.tracking.uri, cfg.tracking.experiment)
@@ -227,11 +228,11 @@ def test_plan_cell_releases_its_claim_when_planning_fails(tmp_path, model_cache,
     def broken(*args):
         raise OSError("the store went away")
 
-    monkeypatch.setattr(cells, "_plan", broken)
+    monkeypatch.setattr(cell_plan, "_plan", broken)
     with pytest.raises(OSError):
-        cells.plan_cell(cfg, tracker.client, tracker.experiment_id, tracker.uri)
+        cell_plan.plan_cell(cfg, tracker.client, tracker.experiment_id, tracker.uri)
     monkeypatch.undo()
-    plan = cells.plan_cell(cfg, tracker.client, tracker.experiment_id, tracker.uri)
+    plan = cell_plan.plan_cell(cfg, tracker.client, tracker.experiment_id, tracker.uri)
     assert plan.action == "fresh"  # not "busy": the failed plan gave the cell up
     plan.release()
 
@@ -240,10 +241,10 @@ def test_a_run_that_fails_even_at_its_end_gives_its_cell_up(tmp_path, tiny_model
                                                            model_cache, monkeypatch):
     """Setup refuses the data (prompt limit), then recording the end fails too (a full disk):
     the cell's claim is released all the same, so the next launch is not told it is busy."""
-    from harness.cells import plan_cell
-    from harness.components import ConfigError
+    from harness.cell_plan import plan_cell
     from harness.trainer import Trainer
-    from tests.conftest import make_config
+    from harness.typed_config import ConfigError
+    from tests.helpers import make_config
 
     cfg = make_config(tmp_path, model_cache, "data.max_prompt_length=100000")
 

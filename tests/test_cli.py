@@ -1,59 +1,51 @@
-"""The `rlbench` command line, run as a user runs it (subprocesses)."""
+"""The `rlbench` command line, run as a user runs it: a run and its signals in subprocesses; the
+listings and the refusals, which end before any run, in this process (``rlbench_in_process``,
+tests/conftest.py)."""
 
 from __future__ import annotations
 
 import signal
 import subprocess
-import sys
 import time
-from pathlib import Path
 
+import pytest
 from mlflow.tracking import MlflowClient
 
-from tests.conftest import FAST_PRETRAIN
-
-RLBENCH = [sys.executable, "-m", "harness.cli"]
-QUIET_RUN = [*FAST_PRETRAIN, "backend.threads=1", "data.prompts_per_step=4", "rollout.n=4",
-             "task.tiny.eval.heldout.limit=16", "task.tiny.eval.heldout.n=4",
-             "task.tiny.eval.heldout.k=[1,4]"]
+from tests.helpers import QUIET_RUN, RLBENCH, rlbench
 
 
-def rlbench(*args: str, env: dict[str, str], cwd: Path, timeout: int = 300):
-    return subprocess.run([*RLBENCH, *args], env=env, cwd=cwd, capture_output=True, text=True,
-                          timeout=timeout)
-
-
-def test_list_names_the_baselines_and_countdown(tmp_path, cli_env):
-    out = rlbench("list", "algorithms", env=cli_env, cwd=tmp_path)
+def test_list_names_the_baselines_and_countdown(tmp_path, cli_env, rlbench_in_process):
+    out = rlbench_in_process("list", "algorithms", env=cli_env, cwd=tmp_path)
     assert out.returncode == 0
     names = {line.split()[0] for line in out.stdout.splitlines()[1:] if line.strip()}
     assert {"grpo", "dr_grpo", "rloo", "maxrl", "dapo", "reinforce_pp"} <= names
-    out = rlbench("list", "tasks", env=cli_env, cwd=tmp_path)
+    out = rlbench_in_process("list", "tasks", env=cli_env, cwd=tmp_path)
     assert "countdown" in out.stdout
 
 
-def test_unknown_algorithm_exits_nonzero_listing_valid_names(tmp_path, cli_env):
-    out = rlbench("train", "algorithm=nonexistent", env=cli_env, cwd=tmp_path)
+def test_unknown_algorithm_exits_nonzero_listing_valid_names(tmp_path, cli_env, rlbench_in_process):
+    out = rlbench_in_process("train", "algorithm=nonexistent", env=cli_env, cwd=tmp_path)
     assert out.returncode == 2
     for name in ("grpo", "dr_grpo", "rloo", "maxrl", "dapo", "reinforce_pp"):
         assert name in out.stderr
-    out = rlbench("train", "algorithm=grpoo", env=cli_env, cwd=tmp_path)
+    out = rlbench_in_process("train", "algorithm=grpoo", env=cli_env, cwd=tmp_path)
     assert out.returncode == 2 and "Did you mean 'grpo'?" in out.stderr
 
 
-def test_unknown_config_key_exits_nonzero_naming_it(tmp_path, cli_env):
-    out = rlbench("train", "trainer.stepz=3", env=cli_env, cwd=tmp_path)
+def test_unknown_config_key_exits_nonzero_naming_it(tmp_path, cli_env, rlbench_in_process):
+    out = rlbench_in_process("train", "trainer.stepz=3", env=cli_env, cwd=tmp_path)
     assert out.returncode == 2 and "stepz" in out.stderr
-    out = rlbench("train", "algorithm.loss.clip_hihg=0.3", env=cli_env, cwd=tmp_path)
+    out = rlbench_in_process("train", "algorithm.loss.clip_hihg=0.3", env=cli_env, cwd=tmp_path)
     assert out.returncode == 2 and "clip_hihg" in out.stderr
 
 
-def test_wrong_type_exits_nonzero_naming_the_key(tmp_path, cli_env):
-    out = rlbench("train", "trainer.steps=many", env=cli_env, cwd=tmp_path)
+def test_wrong_type_exits_nonzero_naming_the_key(tmp_path, cli_env, rlbench_in_process):
+    out = rlbench_in_process("train", "trainer.steps=many", env=cli_env, cwd=tmp_path)
     assert out.returncode == 2 and "trainer.steps" in out.stderr
 
 
 def test_missing_data_path_names_the_path(tmp_path, cli_env):
+    # refused inside the Hydra app: a subprocess
     missing = tmp_path / "no_such_dir"
     out = rlbench("train", "task.variant=full", f"task.full.data_dir={missing}",
                   *QUIET_RUN[:5], env=cli_env, cwd=tmp_path)
@@ -61,6 +53,7 @@ def test_missing_data_path_names_the_path(tmp_path, cli_env):
     assert str(missing) in out.stderr and "task.full.data_dir" in out.stderr
 
 
+@pytest.mark.slow
 def test_sigterm_marks_the_run_killed_and_leaves_a_checkpoint(tmp_path, cli_env):
     proc = subprocess.Popen(
         [*RLBENCH, "train", *QUIET_RUN, "trainer.steps=100000", "trainer.eval_every=0",

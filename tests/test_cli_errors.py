@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from tests.conftest import FAST_PRETRAIN
+from tests.helpers import FAST_PRETRAIN
 
 RLBENCH = [sys.executable, "-m", "harness.cli"]
 
@@ -59,11 +59,26 @@ CASES = [
 ]
 
 
-@pytest.mark.parametrize("name,args,needles", CASES, ids=[c[0] for c in CASES])
-def test_bad_input_exits_2_with_one_line_naming_it(name, args, needles, tmp_path, cli_env):
+# over ~5 s on a loaded 2-core machine: the Hugging Face lookup, the tiny VLM check
+SLOW_CASES = {"model=hf, uncached hub id", "images without a vision model"}
+# in a subprocess: refused inside the Hydra app (which would set up Hydra's logging in this
+# process), or, for the hub id, huggingface_hub reads HF_HOME (the empty cache) when imported
+SUBPROCESS_CASES = {"model=hf, uncached hub id", "model=hf without a path",
+                    "model=hf, path missing", "images without a vision model",
+                    "an empty eval set"}
+
+
+@pytest.mark.parametrize("name,args,needles", [
+    pytest.param(*c, id=c[0], marks=[pytest.mark.slow] if c[0] in SLOW_CASES else [])
+    for c in CASES])
+def test_bad_input_exits_2_with_one_line_naming_it(name, args, needles, tmp_path, cli_env,
+                                                   rlbench_in_process):
     env = {**cli_env, "HF_HOME": str(tmp_path / "hf")}  # an empty Hugging Face cache
-    out = subprocess.run([*RLBENCH, *args], env=env, cwd=tmp_path, capture_output=True,
-                         text=True, timeout=300)
+    if name in SUBPROCESS_CASES:
+        out = subprocess.run([*RLBENCH, *args], env=env, cwd=tmp_path, capture_output=True,
+                             text=True, timeout=300)
+    else:  # refused before any run: in this process (tests/conftest.py)
+        out = rlbench_in_process(*args, env=env, cwd=tmp_path)
     assert out.returncode == 2, out.stderr[-2000:]
     lines = [ln for ln in out.stderr.splitlines() if ln.startswith("rlbench: error:")]
     assert len(lines) == 1 and "Traceback" not in out.stderr, out.stderr[-2000:]
@@ -74,18 +89,19 @@ def test_bad_input_exits_2_with_one_line_naming_it(name, args, needles, tmp_path
         assert "trainer.resume" not in lines[0]
 
 
-def test_cfg_job_prints_the_config_of_train_and_of_every_sweep_cell(tmp_path, cli_env):
-    out = subprocess.run([*RLBENCH, "train", "trainer.steps=7", "--cfg", "job"], env=cli_env,
-                         cwd=tmp_path, capture_output=True, text=True, timeout=120)
+def test_cfg_job_prints_the_config_of_train_and_of_every_sweep_cell(tmp_path, cli_env,
+                                                                    rlbench_in_process):
+    # --cfg prints before Hydra's main runs: in this process (tests/conftest.py)
+    out = rlbench_in_process("train", "trainer.steps=7", "--cfg", "job", env=cli_env,
+                             cwd=tmp_path)
     assert out.returncode == 0 and "steps: 7" in out.stdout and "hydra:" not in out.stdout
-    out = subprocess.run([*RLBENCH, "sweep", "seed=3,4", "--cfg", "job", "--package", "seed"],
-                         env=cli_env, cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    out = rlbench_in_process("sweep", "seed=3,4", "--cfg", "job", "--package", "seed",
+                             env=cli_env, cwd=tmp_path)
     assert out.returncode == 0, out.stderr
     assert out.stdout.split() == ["#", "cell", "1/2:", "seed=3", "3", "#", "cell", "2/2:",
                                   "seed=4", "4"]
     assert not (tmp_path / "outputs").exists() and not (tmp_path / "multirun").exists()
-    out = subprocess.run([*RLBENCH, "train", "--cfg", "all", "--resolve"], env=cli_env,
-                         cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    out = rlbench_in_process("train", "--cfg", "all", "--resolve", env=cli_env, cwd=tmp_path)
     assert out.returncode == 0 and "Traceback" not in out.stderr, out.stderr[-2000:]
     assert "\nhydra:\n" in out.stdout and "seed: 0" in out.stdout
 
@@ -102,17 +118,18 @@ def test_help_is_plain_text_and_train_help_lists_the_config_groups(tmp_path, cli
     assert "hf" in groups["model"] and "--cfg job" in out.stdout
 
 
-def test_list_verifiers_names_the_built_in_rules(tmp_path, cli_env):
-    out = subprocess.run([*RLBENCH, "list", "verifiers"], env=cli_env, cwd=tmp_path,
-                         capture_output=True, text=True, timeout=120)
+def test_list_verifiers_names_the_built_in_rules(tmp_path, cli_env, rlbench_in_process):
+    out = rlbench_in_process("list", "verifiers", env=cli_env, cwd=tmp_path)
     names = {ln.split()[0] for ln in out.stdout.splitlines()[1:]}
     assert out.returncode == 0 and {"math", "exact_match", "countdown", "code_tests"} <= names
 
 
-def test_board_runs_on_a_damaged_export_exits_2_naming_it(tmp_path, cli_env):
+@pytest.mark.slow
+def test_board_runs_on_a_damaged_export_exits_2_naming_it(tmp_path, cli_env,
+                                                          rlbench_in_process):
     import gzip
 
-    from tests.test_board_provenance import ROOT
+    from tests.helpers import ROOT
 
     whole = (ROOT / "leaderboards" / "code-tiny" / "code-tiny" / "tiny" / "runs.jsonl.gz")
     cases = {"truncated.jsonl.gz": whole.read_bytes()[:2000],
@@ -122,9 +139,8 @@ def test_board_runs_on_a_damaged_export_exits_2_naming_it(tmp_path, cli_env):
                   "tags": {}, "params": {}, "metrics": {}}).encode())}
     for name, data in cases.items():
         (tmp_path / name).write_bytes(data)
-        out = subprocess.run([*RLBENCH, "board", "--experiment", "e", "--runs", name, "--out",
-                              "out", "--allow-dirty"], env=cli_env, cwd=tmp_path,
-                             capture_output=True, text=True, timeout=300)
+        out = rlbench_in_process("board", "--experiment", "e", "--runs", name, "--out", "out",
+                                 "--allow-dirty", env=cli_env, cwd=tmp_path)
         lines = [ln for ln in out.stderr.splitlines() if ln.startswith("rlbench: error:")]
         assert out.returncode == 2 and len(lines) == 1, (name, out.stderr[-2000:])
         assert f"--runs {name}: not a runs export" in lines[0], lines[0]

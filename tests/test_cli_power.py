@@ -4,8 +4,6 @@ board's runs; bad input is one line and exit 2."""
 from __future__ import annotations
 
 import re
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -14,13 +12,15 @@ ROOT = Path(__file__).resolve().parents[1]
 PILOT = ["--runs", "leaderboards/countdown-baselines", "--experiment", "countdown_baselines"]
 
 
-def _power(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "harness.cli", "power", *args], cwd=ROOT,
-                          capture_output=True, text=True, timeout=600)
+@pytest.fixture
+def power(rlbench_in_process):
+    """``rlbench power ARGS`` from the repository root (in this process: tests/conftest.py)."""
+    return lambda *args: rlbench_in_process("power", *args, cwd=ROOT)
 
 
-def test_power_plans_seeds_from_a_pilot_board():
-    done = _power(*PILOT, "--delta", "0.03", "--delta", "0.3")
+@pytest.mark.slow
+def test_power_plans_seeds_from_a_pilot_board(power):
+    done = power(*PILOT, "--delta", "0.03", "--delta", "0.3")
     assert done.returncode == 0, done.stderr
     out = done.stdout
     sd = float(re.search(r"residual SD ([0-9.]+)", out).group(1))
@@ -37,19 +37,20 @@ def test_power_plans_seeds_from_a_pilot_board():
         assert need_large <= pilot_seeds
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("args, needle", [
     (["--delta", "0"], "--delta must be > 0"),
     (["--delta", "-0.1"], "--delta must be > 0"),
 ])
-def test_bad_power_input_is_one_line_and_exit_2(args, needle):
-    done = _power(*PILOT, *args)
+def test_bad_power_input_is_one_line_and_exit_2(args, needle, power):
+    done = power(*PILOT, *args)
     assert done.returncode == 2
     assert needle in done.stderr and "Traceback" not in done.stderr
     assert len(done.stderr.strip().splitlines()) == 1
 
 
-def test_an_unknown_pilot_experiment_is_named(tmp_path):
-    done = _power("--tracking-uri", f"sqlite:///{tmp_path / 'empty.db'}", "--experiment",
+def test_an_unknown_pilot_experiment_is_named(tmp_path, power):
+    done = power("--tracking-uri", f"sqlite:///{tmp_path / 'empty.db'}", "--experiment",
                   "nope", "--delta", "0.02")
     assert done.returncode == 2 and "Traceback" not in done.stderr
     assert "'nope'" in done.stderr

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from mlflow.tracking import MlflowClient
 
-from tests.conftest import FAST_PRETRAIN
+from tests.helpers import FAST_PRETRAIN
 
 RLBENCH = [sys.executable, "-m", "harness.cli"]
 SMALL = [*FAST_PRETRAIN, "backend.threads=1", "data.prompts_per_step=4", "rollout.n=4",

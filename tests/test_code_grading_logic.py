@@ -11,8 +11,8 @@ import logging
 
 import pytest
 
-from harness.components import ConfigError
 from harness.sandbox import SandboxUnavailableError
+from harness.typed_config import ConfigError
 from tasks.code import datasets
 from tasks.code.grading import (
     CodeGrader,
@@ -92,7 +92,7 @@ def test_a_solution_without_the_helper_is_tested_with_the_judges_helper(grader, 
 def test_a_whole_function_answer_may_call_the_prompts_helper_it_did_not_repeat(grader, humaneval):
     # decode_cyclic calls encode_cyclic, defined in the prompt only: the task puts the prompt's
     # helpers before a whole-function answer (in the sandbox; the tests use the judge's copy)
-    from tasks.code import CodeTask
+    from tasks.code.task import CodeTask
 
     ex = humaneval["HumanEval/38"]
     response = ("```python\ndef decode_cyclic(s: str):\n"

@@ -43,6 +43,7 @@ def test_a_wrong_program_fails_every_humaneval_problem(grader):
     assert sum(r.all_passed for r in results) == 0
 
 
+@pytest.mark.slow
 def test_stdio_sets_load_with_tests_but_no_references():
     for name in ("codeforces", "code_contests", "leetcode_prime"):
         examples = datasets.load(name)

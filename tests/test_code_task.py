@@ -8,11 +8,12 @@ import dataclasses
 import pytest
 
 from harness.cli import compose_config
-from harness.components import ConfigError, build, validate
 from harness.registry import TASKS
+from harness.typed_config import ConfigError, build, validate
 from harness.types import Example
-from tasks.code import CodeTask, FullConfig, TinyConfig, last_fenced_block, tiny
+from tasks.code import testbed
 from tasks.code.grading import CodeGrader, GraderConfig, called_names, outputs_match, split_asserts
+from tasks.code.task import CodeTask, FullConfig, TinyConfig, last_fenced_block
 
 AFFINE = {"kind": "functional", "preamble": "",
           "units": ["assert f(2) == 5\n", "assert f(3) == 7\n", "assert f(10) == 21\n"]}
@@ -133,11 +134,11 @@ def test_tiny_problems_are_solved_by_their_references(tiny_task):
 
 def test_tiny_split_and_warm_start(tiny_task):
     train, heldout = tiny_task.train_examples(), tiny_task.eval_sets()[0].examples
-    assert len(heldout) == 500 and len(train) == len(tiny.problems(2, 0)) - 500
+    assert len(heldout) == 500 and len(train) == len(testbed.problems(2, 0)) - 500
     assert not {e.id for e in train} & {e.id for e in heldout}
     pairs = tiny_task.warmstart_examples()
     assert len(pairs) == round(0.1 * len(train))
-    assert all(c.startswith(tiny.HEADER) for _, c in pairs)
+    assert all(c.startswith(testbed.HEADER) for _, c in pairs)
     assert all(set(c) <= set("def f(x):return0123456789+-*%() ") for _, c in pairs)
 
 

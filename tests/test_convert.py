@@ -9,24 +9,7 @@ import torch
 import torch.nn.functional as F
 
 from harness.backends import convert as cv
-
-
-def tiny_hf(kind: str, tied: bool):
-    """A random transformers model of the given family with GQA (4 heads, 2 KV heads)."""
-    from transformers import AutoModelForCausalLM, LlamaConfig, Qwen2Config, Qwen3Config
-
-    common = dict(vocab_size=96, hidden_size=32, intermediate_size=48, num_hidden_layers=2,
-                  num_attention_heads=4, num_key_value_heads=2, tie_word_embeddings=tied,
-                  max_position_embeddings=64)
-    if kind == "qwen3":  # head_dim != hidden / heads, as in every Qwen3
-        config = Qwen3Config(**common, head_dim=16)
-    elif kind == "qwen2":
-        config = Qwen2Config(**common)
-    else:
-        config = LlamaConfig(**common)
-    torch.manual_seed(0)
-    return AutoModelForCausalLM.from_config(config)
-
+from tests.helpers import tiny_hf
 
 CASES = [(k, t) for k in ("qwen2", "qwen3", "llama") for t in (True, False)]
 

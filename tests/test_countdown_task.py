@@ -10,11 +10,11 @@ from pathlib import Path
 import pytest
 from omegaconf import OmegaConf
 
-from harness.components import validate
 from harness.registry import TASKS
 from harness.task import EvalProtocol
+from harness.typed_config import validate
 from harness.types import Example
-from tasks.countdown import CountdownTask, FullConfig, TinyConfig, last_answer
+from tasks.countdown.task import CountdownTask, FullConfig, TinyConfig, last_answer
 
 ROOT = Path(__file__).resolve().parents[1]
 GOLD_PROMPTS = ROOT / "tests" / "fixtures" / "countdown_tinyzero_prompts.json"

@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from harness.components import ConfigError, build
 from harness.config import compose_config
 from harness.registry import TASKS, VERIFIERS
+from harness.typed_config import ConfigError, build
 from harness.types import Example
 
 ROWS = [{"question": f"{a}+{b}=", "sol": {"value": a + b}, "level": a % 2}

@@ -14,17 +14,18 @@ import algorithms  # noqa: F401  (registers dapo and dynamic_sampling)
 from algorithms.dapo import DynamicSampling
 from harness.algorithm import build_algorithm, overlong_penalty
 from harness.batch import RolloutBatch
-from harness.components import ConfigError, build
+from harness.engines import RolloutEngine
 from harness.registry import ROLLOUTS
 from harness.rollout import RolloutContext
 from harness.task import Task
+from harness.typed_config import ConfigError, build
 from harness.types import Example, SamplingParams, Score, Trajectory
 
 N = 4  # samples per prompt
 CONF = Path(__file__).resolve().parents[1] / "conf" / "algorithm" / "dapo.yaml"
 
 
-class FakeEngine:
+class FakeEngine(RolloutEngine):
     """Sample k of prompt ``ex`` answers ``ex.meta["outcomes"][k]`` = (text, response length)."""
 
     pad_token_id = 0

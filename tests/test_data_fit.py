@@ -15,8 +15,9 @@ from types import SimpleNamespace
 
 import pytest
 
-from harness.components import ConfigError
+from harness.engines import RolloutEngine
 from harness.prompts import ModelLimits, cut, fit_examples, model_limits, prompt_limit
+from harness.typed_config import ConfigError
 from harness.types import Example
 
 LONG = "What is the answer? Think step by step. "
@@ -105,6 +106,7 @@ def _one_line_refusal(proc: subprocess.CompletedProcess, *needles: str) -> str:
 
 # -- end to end: the situations of a user bringing a GPT-2 with 64 positions -------------------
 
+@pytest.mark.slow
 def test_a_prompt_longer_than_the_context_is_refused_naming_row_length_and_limit(
         byo, gpt2, cli_env):
     proc = _rlbench(byo, cli_env, *_train_args(gpt2, "task.train=train.jsonl"))
@@ -113,6 +115,7 @@ def test_a_prompt_longer_than_the_context_is_refused_naming_row_length_and_limit
                       "data.filter_overlong_prompts=true")
 
 
+@pytest.mark.slow
 def test_overlong_prompts_cut_on_the_left_train_within_the_context_and_are_counted(
         byo, gpt2, cli_env):
     from mlflow.tracking import MlflowClient
@@ -134,6 +137,7 @@ def test_overlong_prompts_cut_on_the_left_train_within_the_context_and_are_count
     assert json.loads(again.stdout[again.stdout.index("{"):])["data/test/prompts_truncated"] == 1
 
 
+@pytest.mark.slow
 def test_a_run_that_never_evaluates_does_not_refuse_its_eval_sets(byo, gpt2, cli_env):
     _jsonl(byo / "short.jsonl", [{"prompt": f"{i}+1=", "answer": i + 1} for i in range(4)])
     proc = _rlbench(byo, cli_env, *_train_args(
@@ -142,6 +146,7 @@ def test_a_run_that_never_evaluates_does_not_refuse_its_eval_sets(byo, gpt2, cli
     assert proc.returncode == 0, proc.stderr[-3000:]
 
 
+@pytest.mark.slow
 def test_overlong_eval_prompts_are_dropped_and_counted_when_filtered(byo, gpt2, cli_env):
     proc = _rlbench(byo, cli_env, "eval", "model=hf", f"model.path={gpt2}", "task=custom",
                     "task.train=train.jsonl", "task.reward.fn=rew.py:reward",
@@ -162,6 +167,7 @@ def test_an_overlong_eval_prompt_is_refused_by_rlbench_eval(byo, gpt2, cli_env):
     _one_line_refusal(proc, "eval set 'test' row 3", "over the prompt limit of 56")
 
 
+@pytest.mark.slow
 def test_chat_prompts_without_a_chat_template_are_refused_naming_the_fix(byo, gpt2, cli_env):
     args = _train_args(gpt2, "task.train=chat.jsonl",
                        "task.columns.answer=reward_model.ground_truth")
@@ -172,6 +178,7 @@ def test_chat_prompts_without_a_chat_template_are_refused_naming_the_fix(byo, gp
     assert proc.returncode == 0, proc.stderr[-3000:]
 
 
+@pytest.mark.slow
 def test_response_length_that_leaves_no_room_or_overflows_the_context_is_refused(
         byo, gpt2, cli_env):
     _one_line_refusal(_rlbench(byo, cli_env, *_train_args(
@@ -183,6 +190,7 @@ def test_response_length_that_leaves_no_room_or_overflows_the_context_is_refused
         "data.max_prompt_length <= 56")
 
 
+@pytest.mark.slow
 def test_token_ids_the_embedding_lacks_and_a_missing_eos_are_refused(byo, cli_env, tmp_path):
     extra = gpt2_dir(tmp_path / "extra", extra_tokens=3)
     _one_line_refusal(_rlbench(byo, cli_env, *_train_args(extra, "task.train=extra.jsonl")),
@@ -225,7 +233,7 @@ def test_the_context_comes_from_the_model_config_else_the_tokenizer(gpt2, monkey
     assert model_limits("m", SimpleNamespace(model_max_length=10**30)).context is None
 
 
-class _Engine:
+class _Engine(RolloutEngine):
     """Encodes a prompt as one id per character (ids = ord)."""
 
     def __init__(self, chat_template: str | None = "x") -> None:

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import yaml
 
-from harness.components import build
 from harness.registry import TASKS
+from harness.typed_config import build
 
 ROOT = Path(__file__).resolve().parents[1]
 

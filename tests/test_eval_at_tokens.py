@@ -9,11 +9,11 @@ import json
 import pytest
 from mlflow.tracking import MlflowClient
 
-from harness.components import ConfigError
 from harness.config import validate_config
-from harness.lifecycle import eval_summary
+from harness.summary import eval_summary
 from harness.trainer import Trainer
-from tests.conftest import make_config
+from harness.typed_config import ConfigError
+from tests.helpers import make_config
 
 RUN = ["trainer.steps=4", "trainer.eval_every=100", "trainer.checkpoint_every=0",
        "data.prompts_per_step=4", "rollout.n=4", "task.tiny.eval.heldout.limit=12",

@@ -14,7 +14,8 @@ from PIL import Image
 
 from harness.mathgrade.grading import GraderConfig
 from harness.task import EvalProtocol
-from tasks.geometry3k import FullConfig, Geometry3kTask, datasets, render
+from tasks.geometry3k import datasets, render
+from tasks.geometry3k.task import FullConfig, Geometry3kTask
 
 EXAMPLES = datasets.DATA_DIR / "intergps_examples"
 

@@ -12,19 +12,19 @@ import pytest
 from PIL import Image
 
 from harness.cli import compose_config
-from harness.components import ConfigError, build, validate
 from harness.mathgrade.grading import GraderConfig
 from harness.registry import TASKS
 from harness.task import EvalProtocol
+from harness.typed_config import ConfigError, build, validate
 from harness.types import Example
-from tasks.geometry3k import (
+from tasks.geometry3k import datasets
+from tasks.geometry3k.task import (
     CHOICE_INSTRUCTION,
     VALUE_INSTRUCTION,
     FullConfig,
     Geometry3kTask,
     TinyConfig,
     choice_letter,
-    datasets,
     derangement,
     prompt_text,
     render_prompt,

@@ -12,8 +12,8 @@ import pytest
 import torch
 
 from harness.cli import compose_config
-from harness.components import ConfigError
 from harness.config import validate_config
+from harness.typed_config import ConfigError
 
 PROBE = """
 import sys

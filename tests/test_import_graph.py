@@ -141,3 +141,56 @@ def test_the_checker_finds_an_import_of_a_name_that_moved(tmp_path):
     (tmp_path / "harness" / "b.py").write_text(
         "from harness.a import kept\n\ndef f():\n    from harness.a import moved\n")
     assert unresolved_imports(tmp_path) == ["harness.b: from harness.a import moved"]
+
+
+# -- the tests themselves ----------------------------------------------------------------------
+def imports_of_test_modules(root: Path = ROOT) -> list[str]:
+    """Imports (anywhere, functions included) of a test module or a ``conftest`` by a file under
+    ``tests/``: what tests share goes in ``tests/helpers.py`` (plain functions, constants) or
+    ``tests/conftest.py`` (fixtures, which pytest hands to every test without an import)."""
+
+    def forbidden(name: str) -> bool:
+        leaf = name.rpartition(".")[2]
+        return leaf == "conftest" or leaf.startswith("test_")
+
+    bad = []
+    for path in sorted((root / "tests").rglob("*.py")):
+        where = path.relative_to(root).as_posix()
+        package = ".".join(path.relative_to(root).parent.parts)
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Import):
+                names = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom):
+                base = node.module or ""
+                if node.level:
+                    parts = package.split(".")[: len(package.split(".")) - node.level + 1]
+                    base = ".".join([*parts, base] if base else parts)
+                names = [base, *(f"{base}.{alias.name}" for alias in node.names)]
+            elif (isinstance(node, ast.Call) and node.args
+                  and isinstance(node.args[0], ast.Constant) and isinstance(node.args[0].value, str)
+                  and getattr(node.func, "attr", getattr(node.func, "id", None))
+                  in ("import_module", "__import__")):
+                names = [node.args[0].value]
+            else:
+                continue
+            bad += [f"{where}:{node.lineno}: {name}" for name in names if forbidden(name)]
+    return sorted(set(bad))
+
+
+def test_no_test_module_imports_another_test_module_or_conftest():
+    assert imports_of_test_modules() == []
+
+
+def test_the_checker_finds_a_test_module_importing_another(tmp_path):
+    (tmp_path / "tests" / "sub").mkdir(parents=True)
+    (tmp_path / "tests" / "helpers.py").write_text("X = 1\n")
+    (tmp_path / "tests" / "test_a.py").write_text(
+        "from tests.helpers import X\nfrom tests.test_b import Y\n")
+    (tmp_path / "tests" / "test_b.py").write_text("def f():\n    from tests.conftest import Z\n")
+    (tmp_path / "tests" / "sub" / "test_c.py").write_text(
+        "from .. import test_a\nfrom . import conftest\n"
+        "import importlib\nimportlib.import_module('tests.test_b')\n")
+    assert imports_of_test_modules(tmp_path) == [
+        "tests/sub/test_c.py:1: tests.test_a", "tests/sub/test_c.py:2: tests.sub.conftest",
+        "tests/sub/test_c.py:4: tests.test_b", "tests/test_a.py:2: tests.test_b",
+        "tests/test_b.py:2: tests.conftest"]

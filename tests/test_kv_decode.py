@@ -123,7 +123,7 @@ def test_static_cache_is_the_default(tiny_model_path):
 def test_cache_and_bucketing_choices_keep_the_config_hash():
     """They change float summation order only, like backend.threads: a finished cell is not
     rerun and a board row keeps its runs when they are switched."""
-    from harness.cells import config_hash
+    from harness.cell_plan import config_hash
     from harness.cli import compose_config
 
     base = config_hash(compose_config([]))

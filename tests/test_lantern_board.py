@@ -11,7 +11,7 @@ import pytest
 from mlflow.entities import Metric
 from mlflow.tracking import MlflowClient
 
-import lantern.board as board
+import lantern.transfer_board as board
 from harness.report import provenance
 from harness.report.config import BoardError
 from harness.report.provenance import Checkout, read_export

@@ -8,7 +8,7 @@ import torch
 from harness.batch import RolloutBatch
 from harness.trainer import Trainer
 from harness.types import Trajectory
-from tests.conftest import make_config
+from tests.helpers import make_config
 
 
 def rollout_batch(tr: Trainer) -> RolloutBatch:

@@ -17,11 +17,12 @@ import algorithms  # noqa: F401  (registers lope)
 from algorithms.lope import LOREM_WORDS, LopeAdvantage, LopePolicyShapingLoss, LopeResample, perturb
 from harness.algorithm import Aggregator, build_algorithm
 from harness.batch import RolloutBatch
-from harness.components import ConfigError, build
+from harness.engines import RolloutEngine
 from harness.registry import ROLLOUTS
 from harness.rollout import RolloutContext
 from harness.task import Task
 from harness.trainer import Trainer
+from harness.typed_config import ConfigError, build
 from harness.types import Example, SamplingParams, Score, Trajectory
 
 G = 8
@@ -29,7 +30,7 @@ CONF = Path(__file__).resolve().parents[1] / "conf" / "algorithm" / "lope.yaml"
 NAIVE_LP, PERTURBED_LP = -0.5, -2.0  # behaviour log-prob per token, naive vs perturbed prompt
 
 
-class FakeEngine:
+class FakeEngine(RolloutEngine):
     """Prompt text ``"<id>"`` (naive) or ``"<lorem words> <id>"`` (perturbed). The naive prompt's
     k-th sample is correct iff k < ``naive_correct[id]``; over the perturbed prompts of one
     example, the j-th sample overall is correct iff j < ``perturbed_correct[id]``."""

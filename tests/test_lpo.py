@@ -22,8 +22,8 @@ from algorithms.lpo import (
 )
 from harness.algorithm import Aggregator, AlgorithmConfig, build_algorithm
 from harness.batch import RolloutBatch
-from harness.components import ConfigError, build, schema_of
 from harness.registry import ADVANTAGES, ALGORITHMS, POLICY_LOSSES
+from harness.typed_config import ConfigError, build, schema_of
 from harness.types import Trajectory
 
 CONF = Path(__file__).resolve().parents[1] / "conf" / "algorithm"

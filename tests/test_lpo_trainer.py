@@ -11,7 +11,7 @@ import torch
 from mlflow.tracking import MlflowClient
 
 from algorithms.lpo import lpo_group_loss, sequence_scores
-from tests.conftest import make_config, rollout_batch
+from tests.helpers import make_config, rollout_batch
 
 # -- the real trainer: two passes across micro-batches, and an end-to-end run ---------------------
 SMALL = ["trainer.steps=2", "trainer.eval_every=2", "trainer.checkpoint_every=0",

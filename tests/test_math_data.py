@@ -10,7 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from tasks.math import FullConfig, MathTask, datasets
+from tasks.math import datasets
+from tasks.math.task import FullConfig, MathTask
 
 PUBLISHED = {"math500": 500, "aime24": 30, "aime25": 30, "amc23": 40, "minerva": 272,
              "olympiadbench": 675}

@@ -13,7 +13,8 @@ import pytest
 from harness.mathgrade.extract import answer_line, extract_answer, last_boxed, last_number
 from harness.mathgrade.grading import GraderConfig, MathGrader
 from harness.types import Example
-from tasks.math import MathTask, datasets
+from tasks.math import datasets
+from tasks.math.task import MathTask
 
 
 @pytest.fixture(scope="module")

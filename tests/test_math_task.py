@@ -10,12 +10,13 @@ from pathlib import Path
 import pytest
 
 from harness.cli import compose_config
-from harness.components import ConfigError, build, validate
 from harness.mathgrade.grading import GraderConfig
 from harness.registry import TASKS
 from harness.report.board import build_leaderboards as _build
 from harness.task import EvalProtocol
-from tasks.math import INSTRUCTION, FullConfig, MathTask, TinyConfig, render_prompt, tiny
+from harness.typed_config import ConfigError, build, validate
+from tasks.math import testbed
+from tasks.math.task import INSTRUCTION, FullConfig, MathTask, TinyConfig, render_prompt
 
 # built from whatever checkout runs the tests; the dirty-tree refusal has its own test
 build_leaderboards = functools.partial(_build, allow_dirty=True)
@@ -86,7 +87,7 @@ def test_tiny_references_are_graded_correct_through_the_same_path():
     scores = task.verify_batch([e for e, _ in sample], [c for _, c in sample])
     assert all(s.correct and s.info["extract"] == "boxed" for s in scores)
     # fractions are in the answer format, and a decimal answer is accepted too
-    ex = next(e for e in tiny.linear_problems() if e.answer["gold"] == "\\frac{9}{4}")
+    ex = next(e for e in testbed.linear_problems() if e.answer["gold"] == "\\frac{9}{4}")
     assert task.verify(ex, "x=2.25").correct
     task.grader.close()
 
@@ -125,7 +126,7 @@ def test_training_rollouts_log_extraction_method_rates():
     from harness.types import Trajectory
 
     task = _tiny_task()
-    ex = tiny.linear_problems()[0]
+    ex = testbed.linear_problems()[0]
     gold = ex.answer["gold"]
     engine = SimpleNamespace(pad_token_id=0)
     ctx = RolloutContext(engine=engine, task=task, draw_prompts=lambda k: [], prompts_per_step=1,

@@ -11,7 +11,7 @@ import torch
 
 from harness.backends import convert as cv
 from harness.backends import megatron_config as mc
-from tests.test_convert import tiny_hf
+from tests.helpers import tiny_hf
 
 
 @pytest.mark.parametrize("kind", ["qwen2", "qwen3", "llama"])

@@ -128,7 +128,8 @@ def test_two_clipped_megatron_adamw_steps_match_the_hf_engines(
 
 @pytest.fixture(scope="module")
 def tp2_results(models: dict[str, str], tmp_path_factory: pytest.TempPathFactory):
-    """Both models through one two-process gloo world at TP=2 (one spawn: imports dominate)."""
+    """Both models through one two-process gloo world at TP=2 (one spawn: imports dominate;
+    ~9 s on a 2-core machine, hence the slow mark of its test)."""
     import torch.multiprocessing as mp
 
     from tests.megatron_cpu import tp_worker
@@ -139,6 +140,7 @@ def tp2_results(models: dict[str, str], tmp_path_factory: pytest.TempPathFactory
     return {name: torch.load(out, weights_only=False) for name, (_, out) in zip(MODELS, jobs)}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", MODELS)
 def test_tensor_parallel_2_over_two_processes_matches_the_hf_engine(
         tp2_results, models: dict[str, str], name: str) -> None:
@@ -161,7 +163,7 @@ def test_tensor_parallel_2_over_two_processes_matches_the_hf_engine(
 
 def test_cpu_mode_refuses_bf16_and_the_distributed_optimizer(models: dict[str, str]) -> None:
     from harness.backends.megatron_engine import MegatronEngine
-    from harness.components import ConfigError
+    from harness.typed_config import ConfigError
 
     path = models[MODELS[0]]
     bf16 = compose_config([*CPU_MEGATRON, "backend.dtype=bfloat16"]).backend

@@ -7,7 +7,7 @@ from __future__ import annotations
 import torch
 
 from harness.trainer import Trainer
-from tests.conftest import make_config
+from tests.helpers import make_config
 
 TINY = ["task=geometry3k_tiny", "model=tiny_vlm", "task.tiny.train_size=64",
         "task.tiny.eval_size=8", "task.tiny.eval.generated.n=2", "task.tiny.eval.generated.k=[1]",

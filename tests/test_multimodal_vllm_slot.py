@@ -16,8 +16,7 @@ from harness.backends.vllm_engine import VLLMEngine, collapse_runs, vllm_prompt
 from harness.cli import compose_config
 from harness.types import MultimodalPrompt, SamplingParams
 from tasks.geometry3k.generated import generate
-from tests.test_vllm_engine import FakeLLM, FakeTrainEngine
-from tests.test_vlm_qwen2p5 import StandInProcessor, qwen_vl_path  # noqa: F401  (a fixture)
+from tests.helpers import FakeLLM, FakeTrainEngine, StandInProcessor
 
 
 def test_text_prompts_are_sent_as_token_ids_only() -> None:

@@ -8,6 +8,7 @@ import time
 import pytest
 import torch
 
+from harness.engines import RolloutEngine
 from harness.multiturn import TurnState, generate_multiturn, step_round, tool_metrics
 from harness.tools import ToolEnv
 from harness.types import Example, SamplingParams, Trajectory
@@ -19,7 +20,7 @@ PIECES = ["<pad>", "<eos>", "<sea", "rch>", "<search>", "</search>", "<answer>",
 ID = {p: i for i, p in enumerate(PIECES)}
 
 
-class ScriptedEngine:
+class ScriptedEngine(RolloutEngine):
     """Replays, per trajectory, a list of segments (lists of pieces); each generate call emits the
     next segment of every prompt it is given, recognising the prompt by its last token."""
 

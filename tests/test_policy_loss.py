@@ -9,19 +9,12 @@ import torch
 
 import algorithms  # noqa: F401  (registers ppo_clip)
 from harness.algorithm import Aggregator
-from harness.batch import RolloutBatch
-from harness.components import ConfigError, build
 from harness.policy_loss import PPOClipLoss
 from harness.registry import POLICY_LOSSES
-from harness.types import Trajectory
+from harness.typed_config import ConfigError, build
+from tests.helpers import make_mb
 
 EPS_L, EPS_H, C = 0.2, 0.28, 3.0
-
-
-def make_mb(old_logp: torch.Tensor, advantages: torch.Tensor, mask: torch.Tensor) -> RolloutBatch:
-    B = old_logp.shape[0]
-    tensors = {"old_logprobs": old_logp, "advantages": advantages, "response_mask": mask}
-    return RolloutBatch(tensors, [Trajectory([], []) for _ in range(B)])
 
 
 def one_token(ratio: float, A: float, loss: PPOClipLoss):

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 from mlflow.tracking import MlflowClient
 
-from tests.test_cli import QUIET_RUN, rlbench
+from tests.helpers import QUIET_RUN, rlbench
 
 pytest.importorskip("hydra_plugins.hydra_ray_launcher", reason="pip install -e '.[dev]'")
 

@@ -12,14 +12,15 @@ from omegaconf import OmegaConf
 
 from harness.cli import compose_config
 from harness.compat import check
-from harness.components import build
 from harness.config import validate_config
 from harness.registry import TASKS
 from harness.sweeper import is_compatible_sweeper
-from tests.conftest import FAST_PRETRAIN, make_config
+from harness.typed_config import build
+from tests.helpers import FAST_PRETRAIN, make_config
 
 ROOT = Path(__file__).resolve().parents[1]
 SWEEPS = sorted((ROOT / "conf" / "sweep").glob("*.yaml"))
+SLOW_SWEEPS = {"testbed_offpolicy"}  # many algorithms to compose and validate: ~12 s
 
 
 def _countdown(*overrides: str):
@@ -110,7 +111,9 @@ def test_named_sweep_owns_its_experiment_and_tags_its_runs(path):
     assert "seed" in params
 
 
-@pytest.mark.parametrize("path", SWEEPS, ids=[p.stem for p in SWEEPS])
+@pytest.mark.parametrize("path", [
+    pytest.param(p, id=p.stem, marks=[pytest.mark.slow] if p.stem in SLOW_SWEEPS else [])
+    for p in SWEEPS])
 def test_named_sweep_cells_compose_and_validate(path):
     params = OmegaConf.load(path).hydra.sweeper.params
     fixed = [f"{k}={str(v).split(',')[0]}" for k, v in params.items() if k != "algorithm"]

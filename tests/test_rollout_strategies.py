@@ -14,7 +14,7 @@ from omegaconf import OmegaConf
 from harness.batch import RolloutBatch
 from harness.trainer import Trainer, rollout_metrics
 from harness.types import Trajectory
-from tests.conftest import make_config
+from tests.helpers import make_config
 
 SMALL = ["trainer.steps=2", "trainer.eval_every=0", "trainer.checkpoint_every=1",
          "data.prompts_per_step=8", "rollout.n=4"]

@@ -222,6 +222,7 @@ def _calibrate(seconds: float) -> tuple[int, float]:
         server.close()
 
 
+@pytest.mark.slow
 @needs_cpu
 def test_setsid_spinners_next_door_do_not_flip_an_honest_cpu_bound_verdict(cpu_iso):
     """Two graded sandboxes side by side on this machine: 12 spinners that each ``setsid`` in

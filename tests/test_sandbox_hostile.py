@@ -38,10 +38,11 @@ IDENTITIES = ["root", "nonroot"]
 SECRET_VAR = C.SECRET_VAR
 SECRET = "rlbench-secret-" + secrets.token_hex(16)
 
-pytestmark = pytest.mark.skipif(
+# slow: each identity's run of the suite takes ~90 s on 2 cores (all tests but two read it)
+pytestmark = [pytest.mark.slow, pytest.mark.skipif(
     os.environ.get("RLBENCH_SANDBOX") == "rlimits" or probe().mode != "bwrap",
     reason="the hostile suite needs bubblewrap (apt-get install bubblewrap): without namespaces "
-           "the file-system and network attacks are not contained")
+           "the file-system and network attacks are not contained")]
 
 
 def _run(identity: str) -> dict:

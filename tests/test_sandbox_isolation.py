@@ -17,9 +17,9 @@ from pathlib import Path
 
 import pytest
 
-from harness.components import ConfigError
 from harness.sandbox import Limits, cgroup, layers, python_executable, spawn
 from harness.sandbox.remote import ForkServer
+from harness.typed_config import ConfigError
 from tasks.code.grading import CodeGrader, GraderConfig
 
 ROOT = Path(__file__).resolve().parents[1]

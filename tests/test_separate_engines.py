@@ -12,8 +12,7 @@ import torch
 from harness.backends.hf import HFEngine
 from harness.registry import BACKENDS
 from harness.trainer import Trainer
-from tests.conftest import make_config
-from tests.test_trainer import SMALL
+from tests.helpers import SMALL, make_config
 
 
 class CopyingRolloutEngine(HFEngine):

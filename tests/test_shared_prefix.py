@@ -126,7 +126,7 @@ def test_finished_rows_leave_the_decode_batch_and_no_sample_changes(tiny_model_p
 
 
 def test_shared_prefix_is_on_by_default_and_keeps_the_config_hash():
-    from harness.cells import config_hash
+    from harness.cell_plan import config_hash
     from harness.cli import compose_config
 
     assert BackendConfig().shared_prefix is True

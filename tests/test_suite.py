@@ -29,6 +29,7 @@ def _value(cell: list[str], key: str) -> str:
     return next(o.partition("=")[2] for o in cell if o.partition("=")[0] == key)
 
 
+@pytest.mark.slow
 def test_suite_is_every_compatible_pair_of_every_algorithm_and_tiny_task(suite):
     cells, configs = suite
     pairs: dict[tuple[str, str], set[str]] = {}
@@ -49,6 +50,7 @@ def test_suite_is_every_compatible_pair_of_every_algorithm_and_tiny_task(suite):
     assert len(cells) == 5 * len(expected) == 5 * (14 * 5 + 2)
 
 
+@pytest.mark.slow
 def test_suite_has_no_incompatible_cell_and_one_experiment(suite):
     cells, configs = suite
     assert {tuple(o for o in c if not o.startswith("seed=")) for c in cells} == set(configs)

@@ -11,7 +11,7 @@ from mlflow.tracking import MlflowClient
 
 from harness.checkpoint import prune_checkpoints
 from harness.tracking import Tracker
-from tests.conftest import make_config
+from tests.helpers import make_config
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -52,7 +52,7 @@ def test_the_warm_start_is_reported_apart_from_the_runs_wall_time(tmp_path, mode
     from harness import trainer as trainer_mod
 
     def slow_resolve(model_cfg, task, **kw):
-        time.sleep(4.0)  # a warm start that takes 4 s
+        time.sleep(1.0)  # a warm start that takes 1 s (the cached model takes ~0)
         return tiny_model_path
 
     real_get = trainer_mod.MODELS.get
@@ -64,7 +64,7 @@ def test_the_warm_start_is_reported_apart_from_the_runs_wall_time(tmp_path, mode
     start = time.perf_counter()
     summary = trainer_mod.train(cfg)
     total = time.perf_counter() - start
-    assert summary["final/warm_start_s"] >= 4.0
+    assert summary["final/warm_start_s"] >= 1.0
     assert summary["final/wall_s"] + summary["final/warm_start_s"] <= total
 
 

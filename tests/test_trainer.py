@@ -5,18 +5,12 @@ from __future__ import annotations
 
 import json
 
+import pytest
 import torch
 from mlflow.tracking import MlflowClient
 
 from harness.trainer import PromptSampler, Trainer
-from tests.conftest import make_config, rollout_batch
-
-SMALL = [
-    "trainer.steps=3", "trainer.eval_every=2", "trainer.checkpoint_every=2",
-    "data.prompts_per_step=4", "rollout.n=4",
-    "task.tiny.eval.heldout.limit=16", "task.tiny.eval.heldout.n=4",
-    "task.tiny.eval.heldout.k=[1,4]", "tracking.log_samples=2",
-]
+from tests.helpers import SMALL, make_config, rollout_batch
 
 
 def test_a_tiny_run_finishes_and_logs_everything(tmp_path, model_cache):
@@ -50,6 +44,7 @@ def test_a_tiny_run_finishes_and_logs_everything(tmp_path, model_cache):
     assert (ckpt / "latest").read_text().strip() == "step_0000003"
 
 
+@pytest.mark.slow
 def test_resume_continues_the_same_run_from_its_checkpoint(tmp_path, model_cache):
     first = make_config(tmp_path, model_cache, *SMALL, "trainer.steps=2")
     Trainer(first).fit()

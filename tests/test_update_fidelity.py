@@ -15,6 +15,7 @@ import algorithms  # noqa: F401  (registers every bundle)
 from algorithms.lpo import lpo_group_loss, sequence_scores
 from harness.algorithm import build_algorithm
 from harness.batch import RolloutBatch
+from harness.engines import RolloutEngine, TrainEngine
 from harness.trainer import Trainer
 from harness.types import Score, Trajectory
 
@@ -23,7 +24,7 @@ BUNDLES = sorted(p.stem for p in CONF.glob("*.yaml"))
 V = 7
 
 
-class ToyEngine:
+class ToyEngine(TrainEngine, RolloutEngine):
     """A bigram policy log π(y_t | y_{t-1}) = log_softmax(W[y_{t-1}] / T) with the train-engine
     methods the trainer calls; ``optimizer_step`` is plain SGD and records each step's grad."""
 
@@ -87,7 +88,7 @@ def shell_trainer(algo, engine: ToyEngine, **trainer) -> Trainer:
     tr = Trainer.__new__(Trainer)
     tr.cfg = OmegaConf.create({
         "trainer": {"epochs": 1, "shuffle": False, "mini_batch_size": 0, "micro_batch_size": 0,
-                    "skip_zero_gradient": True,
+                    "skip_zero_gradient": True, "length_bucketing": False,
                     "optim": {"grad_clip": 1.0}, **trainer},
         "rollout": {"temperature": 1.0}})
     tr.algorithm, tr.engine = algo, engine

@@ -19,60 +19,7 @@ from harness.backends.vllm_engine import (
 )
 from harness.cli import compose_config
 from harness.types import SamplingParams
-
-
-class FakeLLM:
-    """Records every call; ``generate`` answers each prompt with n completions whose ids are
-    the prompt's last id + 1, + 2, ... and whose log-probs are -0.1 * position."""
-
-    def __init__(self, **kwargs):
-        self.kwargs, self.calls, self.loaded = kwargs, [], []
-        model = SimpleNamespace(load_weights=self._load)
-        self.llm_engine = SimpleNamespace(model_executor=SimpleNamespace(
-            driver_worker=SimpleNamespace(model_runner=SimpleNamespace(model=model))))
-
-    def _load(self, weights):
-        names = [name for name, _ in weights]
-        self.loaded.append(names)
-        self.calls.append("load_weights")
-        return set(names)
-
-    def sleep(self, level=1):
-        self.calls.append(f"sleep({level})")
-
-    def wake_up(self, tags=None):
-        self.calls.append(f"wake_up({','.join(tags) if tags else 'all'})")
-
-    def reset_prefix_cache(self):
-        self.calls.append("reset_prefix_cache")
-        return True
-
-    def generate(self, prompts, sampling_params, use_tqdm=True):
-        self.calls.append("generate")
-        self.prompts, self.params = prompts, sampling_params
-        outs = []
-        for prompt, sp in zip(prompts, sampling_params):
-            last = prompt["prompt_token_ids"][-1]
-            comps = []
-            for j in range(sp["n"]):
-                length = 2 + j
-                ids = [(last + 1 + i) % 50 for i in range(length)]
-                lps = [{tok: SimpleNamespace(logprob=-0.1 * (i + 1)),
-                        (tok + 7) % 50: SimpleNamespace(logprob=-9.0)}
-                       for i, tok in enumerate(ids)]
-                reason = "length" if length >= sp["max_tokens"] else "stop"
-                comps.append(SimpleNamespace(token_ids=ids, logprobs=lps, finish_reason=reason))
-            outs.append(SimpleNamespace(outputs=comps))
-        return outs
-
-
-class FakeTrainEngine:
-    def __init__(self):
-        self.model = torch.nn.Linear(2, 2)
-
-    def export_hf_weights(self):
-        yield "model.layers.0.mlp.up_proj.weight", torch.zeros(2, 2)
-        yield "lm_head.weight", torch.ones(2, 2)
+from tests.helpers import FakeLLM, FakeTrainEngine
 
 
 @pytest.fixture

@@ -19,72 +19,12 @@ from omegaconf import OmegaConf
 from harness.backends.hf import HFEngine
 from harness.batch import RolloutBatch
 from harness.config import BackendConfig, OptimConfig
-from harness.models.tiny import build_char_tokenizer, save_tokenizer
 from harness.types import MultimodalPrompt, SamplingParams
 from tasks.geometry3k.generated import generate
+from tests.helpers import QWEN_VL_IMAGE_PROCESSOR, StandInProcessor
 
 transformers = pytest.importorskip("transformers")
-pil_ip = pytest.importorskip("transformers.models.qwen2_vl.image_processing_pil_qwen2_vl")
-
-SPECIALS = ["<|im_start|>", "<|im_end|>", "<|vision_start|>", "<|vision_end|>",
-            "<|image_pad|>", "<|video_pad|>"]
-TEMPLATE = (
-    "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{% if m['content'] is string %}"
-    "{{ m['content'] }}{% else %}{% for c in m['content'] %}{% if c['type'] == 'image' %}"
-    "<|vision_start|><|image_pad|><|vision_end|>{% elif c['type'] == 'text' %}{{ c['text'] }}"
-    "{% endif %}{% endfor %}{% endif %}<|im_end|>\n{% endfor %}"
-    "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")
-
-
-class StandInProcessor:
-    """The two calls the engine makes of a Qwen2.5-VL processor, over the real image processor."""
-
-    def __init__(self, tokenizer) -> None:
-        self.tokenizer = tokenizer
-        self.image_processor = pil_ip.Qwen2VLImageProcessorPil(min_pixels=56 * 56,
-                                                               max_pixels=56 * 56)
-
-    def apply_chat_template(self, messages, add_generation_prompt=True, tokenize=False):
-        return self.tokenizer.apply_chat_template(messages, chat_template=TEMPLATE,
-                                                  add_generation_prompt=add_generation_prompt,
-                                                  tokenize=tokenize)
-
-    def __call__(self, text, images, return_tensors="pt"):
-        out = self.image_processor(images=images, return_tensors="pt")
-        merge = self.image_processor.merge_size ** 2
-        expanded = []
-        for t in text:
-            for thw in out["image_grid_thw"]:
-                t = t.replace("<|image_pad|>", "<|placeholder|>" * int(thw.prod() // merge), 1)
-            expanded.append(t.replace("<|placeholder|>", "<|image_pad|>"))
-        ids = [self.tokenizer.encode(t, add_special_tokens=False) for t in expanded]
-        return {"input_ids": torch.tensor(ids), **out}
-
-
-@pytest.fixture(scope="module")
-def qwen_vl_path(tmp_path_factory):
-    tok = build_char_tokenizer()
-    tok.add_special_tokens({"additional_special_tokens": SPECIALS})
-    ids = {t: tok.convert_tokens_to_ids(t) for t in SPECIALS}
-    special = dict(pad_token_id=tok.pad_token_id, eos_token_id=tok.eos_token_id,
-                   bos_token_id=tok.bos_token_id)
-    config = transformers.Qwen2_5_VLConfig(
-        text_config=dict(vocab_size=len(tok), hidden_size=64, intermediate_size=128,
-                         num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
-                         max_position_embeddings=512,
-                         rope_scaling={"type": "mrope", "mrope_section": [2, 3, 3]}, **special),
-        vision_config=dict(depth=1, hidden_size=32, intermediate_size=64, num_heads=2,
-                           out_hidden_size=64, patch_size=14, spatial_merge_size=2,
-                           temporal_patch_size=2, fullatt_block_indexes=[0], window_size=56),
-        image_token_id=ids["<|image_pad|>"], video_token_id=ids["<|video_pad|>"],
-        vision_start_token_id=ids["<|vision_start|>"],
-        vision_end_token_id=ids["<|vision_end|>"], **special)
-    torch.manual_seed(0)
-    path = tmp_path_factory.mktemp("qwen2p5_vl_tiny")
-    transformers.Qwen2_5_VLForConditionalGeneration(config).save_pretrained(path)
-    save_tokenizer(tok, path)
-    return str(path)
-
+pytest.importorskip(QWEN_VL_IMAGE_PROCESSOR)
 
 @pytest.fixture
 def eng(qwen_vl_path, monkeypatch):

@@ -29,6 +29,7 @@ import torch.nn.functional as F
 from harness.backends.kv_decode import CachedDecoder, shared_prefix_logits
 from harness.backends.kv_decode import supports as kv_supports
 from harness.batch import RolloutBatch
+from harness.engines import RolloutEngine, TrainEngine
 from harness.models.multimodal import (
     collate_mm,
     encode_multimodal,
@@ -85,8 +86,10 @@ def filter_logits(logits: torch.Tensor, top_p: float, top_k: int) -> torch.Tenso
     return logits
 
 
-class HFEngine:
+class HFEngine(TrainEngine, RolloutEngine):
     """``RolloutEngine`` and ``TrainEngine`` over one ``AutoModelForCausalLM``."""
+
+    can_forward = True  # the rollout engine is the train engine: it can score its samples
 
     def __init__(
         self,

@@ -48,6 +48,7 @@ from harness.backends.distributed import (
     require_cuda,
 )
 from harness.batch import RolloutBatch
+from harness.engines import TrainEngine
 
 MASKED_LOGIT = -1.0e30  # logit of padded vocabulary ids: exp() underflows to exactly 0
 
@@ -99,7 +100,7 @@ def causal_padding_mask(attention_mask: torch.Tensor) -> torch.Tensor:
 def check_device(backend_cfg: Any) -> bool:
     """True for megatron's CPU mode (``backend.device=cpu``), after refusing what it cannot do;
     otherwise require a GPU. Runs before megatron-core is imported."""
-    from harness.components import ConfigError
+    from harness.typed_config import ConfigError
 
     if str(getattr(backend_cfg, "device", "cuda")) != "cpu":
         try:
@@ -121,7 +122,7 @@ def check_device(backend_cfg: Any) -> bool:
     return True
 
 
-class MegatronEngine:
+class MegatronEngine(TrainEngine):
     """``TrainEngine`` over megatron-core (tensor + data parallel, bf16, distributed optimizer;
     fp32 on CPU with ``backend.device=cpu``)."""
 

@@ -36,6 +36,7 @@ from typing import Any
 import torch
 
 from harness.backends.distributed import ensure_distributed, require_cuda
+from harness.engines import RolloutEngine
 from harness.types import Example, SamplingParams, Trajectory
 
 VLLM_MAX_TEMPERATURE = 2.0  # vLLM's SamplingParams rejects larger temperatures
@@ -198,7 +199,7 @@ def _make_sampling(**kwargs: Any) -> Any:
     return VSamplingParams(**kwargs)
 
 
-class VLLMEngine:
+class VLLMEngine(RolloutEngine):
     """``RolloutEngine`` over an in-process ``vllm.LLM``; receives weights from a train engine.
     ``llm_factory`` / ``sampling_factory`` replace vLLM in tests (a fake ``LLM``)."""
 
@@ -218,6 +219,7 @@ class VLLMEngine:
         vcfg = backend_cfg.vllm
         self.vcfg = vcfg
         self.tokenizer = load_tokenizer(model_path)
+        self.vocab_size = len(self.tokenizer)  # ARPO normalises entropy by ln V
         self.pad_token_id = (self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None
                              else self.tokenizer.eos_token_id)
         self.eos_token_ids = eos_ids(model_path, self.tokenizer)

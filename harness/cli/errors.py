@@ -23,9 +23,9 @@ def guarded(fn: Callable[..., Any], *args: Any) -> Any:
     from hydra.errors import HydraException
     from omegaconf.errors import OmegaConfBaseException
 
-    from harness.components import ConfigError
     from harness.registry import RegistryError
-    from harness.trainer import RunInterrupted
+    from harness.run_status import RunInterrupted
+    from harness.typed_config import ConfigError
 
     try:
         return fn(*args)

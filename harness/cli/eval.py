@@ -34,11 +34,11 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf
 
 from harness.checkpoint import latest_checkpoint
-from harness.components import ConfigError, build
 from harness.config import compose_config
 from harness.evaluation import check_eval_sets, evaluate
 from harness.prompts import fit_data
 from harness.registry import BACKENDS, MODELS, TASKS
+from harness.typed_config import ConfigError, build
 
 EVAL_KIND = "eval"
 

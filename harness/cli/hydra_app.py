@@ -90,7 +90,7 @@ def expand_cells(overrides: list[str]) -> list[list[str]]:
 def _variant_sections(overrides: list[str], cfg: Any) -> None:
     """``task.full.*`` is read only when ``task.variant=full`` (likewise ``task.tiny.*``): a
     setting in the section not in use would be silently ignored, so it is an error."""
-    from harness.components import ConfigError
+    from harness.typed_config import ConfigError
 
     variant = cfg.task.get("variant") if cfg.task is not None else None
     if variant is None:
@@ -107,14 +107,20 @@ def _variant_sections(overrides: list[str], cfg: Any) -> None:
                     f"the variant in use")
 
 
+# ``rlbench train`` (one cell, in this process): the task and algorithm the preflight built, keyed
+# by the cell's overrides, so the run uses them instead of building them a second time
+_BUILT: dict[tuple[str, ...], Any] = {}
+
+
 def check_cell(overrides: list[str]) -> Any:
-    """Compose and validate one cell; returns its config. Raises on bad input."""
+    """Compose and validate one cell (building its task and algorithm); returns the built
+    :class:`harness.config.RunParts`. Raises on bad input."""
     from harness.config import validate_config
 
     cfg = compose_config(overrides)
-    validate_config(cfg)
+    parts = validate_config(cfg)
     _variant_sections(overrides, cfg)
-    return cfg
+    return parts
 
 
 def compatible_cells(cells: list[list[str]], overrides: list[str],
@@ -152,8 +158,8 @@ def preflight(overrides: list[str], multirun: bool) -> list[list[str]]:
     from hydra.errors import HydraException
     from omegaconf.errors import OmegaConfBaseException
 
-    from harness.components import ConfigError
     from harness.registry import RegistryError
+    from harness.typed_config import ConfigError
 
     try:
         cells = expand_cells(overrides) if multirun else [overrides]
@@ -164,7 +170,9 @@ def preflight(overrides: list[str], multirun: bool) -> list[list[str]]:
     for k, cell in enumerate(cells, 1):
         where = f"cell {k}/{len(cells)} ({' '.join(cell)}): " if multirun else ""
         try:
-            check_cell(cell)
+            parts = check_cell(cell)
+            if not multirun:  # the run happens in this process: hand it what was built
+                _BUILT[tuple(cell)] = parts
         except (HydraException, OmegaConfBaseException) as exc:
             fail(where + hydra_message(exc, cell))
         except (ConfigError, RegistryError, FileNotFoundError) as exc:
@@ -268,7 +276,8 @@ def _train_job(cfg: Any) -> Any:
     trainer = None
     outcome = "failed"
     try:
-        trainer = guarded(Trainer, cfg, run_dir)
+        parts = _BUILT.pop(tuple(hydra_cfg.overrides.task), None)
+        trainer = guarded(Trainer, cfg, run_dir, parts)
         summary = guarded(trainer.fit)
         action = trainer.plan.action if trainer.plan else ""
         outcome = {"skip": "skipped", "busy": "busy"}.get(action, "done")
@@ -301,6 +310,9 @@ def _prepare_tracking(cells: list[list[str]]) -> Any:
 def run(command: str, args: list[str]) -> None:
     """``rlbench train|sweep`` with ``args`` (overrides and Hydra flags)."""
     multirun = command == "sweep"
+    if not (CONF_DIR / "config.yaml").is_file():  # an install that lost its package data
+        fail(f"rlbench's configs are missing: no config.yaml in {CONF_DIR} (conf/ ships with "
+             "the package; reinstall rlbench)")
     flags, overrides = split_flags(args)
     register_schema()
     if "--help" in flags or "-h" in flags or "--hydra-help" in flags or "--info" in flags \

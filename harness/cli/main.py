@@ -36,7 +36,7 @@ rlbench: a benchmark harness for RL with verifiable rewards.
 
 train and sweep are Hydra apps: every key=value is an override; `rlbench train --help` lists
 the config groups, `--cfg job` prints the resolved config. Bring your own model, data and
-reward: model=hf model.path=<dir>, task=custom (README, "Bring your own").
+reward: model=hf model.path=<dir>, task=custom (docs/bring-your-own.md).
 Exit status: 0 ok, 1 failed run, 2 bad input, 128+N killed by signal N."""
 
 HYDRA_COMMANDS = ("train", "sweep", "eval")

@@ -6,9 +6,9 @@ from harness.config import compose_config
 
 
 def cmd_pretrain(overrides: list[str], force: bool) -> None:
-    from harness.components import build
     from harness.config import validate_config
     from harness.registry import MODELS, TASKS
+    from harness.typed_config import build
 
     cfg = compose_config(overrides)
     validate_config(cfg)

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from harness.components import ConfigError
 from harness.registry import MODELS
+from harness.typed_config import ConfigError
 
 
 def resolve_tiny(model_cfg: Any, task: Any, progress: bool = True, force: bool = False) -> str:

@@ -7,8 +7,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from harness.components import ConfigError
 from harness.task import Task
+from harness.typed_config import ConfigError
 
 
 def resolve_hf(model_cfg: Any, task: Task, progress: bool = True, force: bool = False) -> str:

@@ -1,7 +1,7 @@
 """From MLflow runs to leaderboard rows: a row is one configuration.
 
 A run's *configuration* is its logged params (the flattened resolved config) minus ``seed`` and
-the keys that cannot change a result (``harness.cells.NON_SEMANTIC_KEYS``: where it logs and
+the keys that cannot change a result (``harness.cell_plan.NON_SEMANTIC_KEYS``: where it logs and
 writes, thread counts, ...). Runs are grouped by (task, task variant, model), then into rows by
 their label (``algorithm``, ``@`` the values of the board's variant fields), sampling temperature
 and, with a selection (``select.key``), the selected key's value. The runs of one row must share
@@ -24,7 +24,7 @@ from mlflow.entities import Run as MlflowRun
 from mlflow.entities import ViewType
 from mlflow.tracking import MlflowClient
 
-from harness.cells import NON_SEMANTIC_KEYS
+from harness.cell_plan import NON_SEMANTIC_KEYS
 from harness.report.config import BoardConfig, BoardError
 from harness.report.mlflow_log import KIND_TAG
 from harness.report.tables import Row, Run

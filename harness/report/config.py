@@ -6,12 +6,17 @@ from __future__ import annotations
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 
-from harness.components import ConfigError
+from harness.config import CONF_DIR
+from harness.manifest import source_checkout
+from harness.typed_config import ConfigError
 
 __all__ = ["BoardConfig", "BoardError", "Plan", "Selection", "load_config"]
 
-REPO = Path(__file__).resolve().parents[2]
-DEFAULT_CONFIG = REPO / "conf" / "board" / "default.yaml"
+# What the paths a board page prints (its --out, --runs) are relative to: the checkout rlbench
+# runs from (harness.manifest.source_checkout), else the working directory, so an installed
+# rlbench prints commands that work where they were run.
+REPO = source_checkout() or Path.cwd().resolve()
+DEFAULT_CONFIG = CONF_DIR / "board" / "default.yaml"
 
 
 class BoardError(ConfigError):
@@ -91,7 +96,7 @@ def load_config(path: str | Path | None = None, variant: tuple[str, ...] = ()) -
     from omegaconf import OmegaConf
 
     explicit = path is not None
-    p = Path(path) if explicit else DEFAULT_CONFIG
+    p = _config_path(Path(path)) if explicit else DEFAULT_CONFIG
     if not p.is_file():
         if explicit:
             raise BoardError(f"board config {str(p)!r} not found")
@@ -158,8 +163,23 @@ def _plan(raw: object, name: str) -> Plan:
     return plan
 
 
+def _config_path(p: Path) -> Path:
+    """``p``; a shipped config written as in the repository (``conf/board/x.yaml``, as board
+    pages print it) that is not there is read from the installed ``conf/``, so a page's command
+    runs outside the checkout too."""
+    if not p.is_file() and not p.is_absolute() and p.parts[:1] == ("conf",):
+        shipped = CONF_DIR.joinpath(*p.parts[1:])
+        if shipped.is_file():
+            return shipped
+    return p
+
+
 def _shown_path(p: Path) -> str:
-    try:
-        return p.resolve().relative_to(REPO).as_posix()
-    except ValueError:
-        return p.name
+    """A board config's path on the page: ``conf/...`` for a shipped one (wherever rlbench is
+    installed), else relative to the checkout, else its name."""
+    for base, prefix in ((CONF_DIR.resolve(), "conf/"), (REPO, "")):
+        try:
+            return prefix + p.resolve().relative_to(base).as_posix()
+        except ValueError:
+            pass
+    return p.name

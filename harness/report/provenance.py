@@ -35,8 +35,9 @@ from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 from mlflow.entities import Metric, Param
 from mlflow.tracking import MlflowClient
 
-from harness.cells import NON_SEMANTIC_KEYS
-from harness.manifest import NOT_CODE
+from harness.cell_plan import NON_SEMANTIC_KEYS
+from harness.config import CONF_DIR
+from harness.manifest import NOT_CODE, not_a_checkout, source_checkout
 from harness.report.collect import EXPORTED_ID_TAG
 from harness.report.config import BoardError
 from harness.report.tables import Run
@@ -44,7 +45,10 @@ from harness.report.tables import Run
 __all__ = ["BUILD_LINES", "Checkout", "checkout", "clean_checkout", "display_tracking_uri",
            "export_runs", "import_runs", "reproduce"]
 
-REPO = Path(__file__).resolve().parents[2]
+# The checkout a board's commit and dirty paths are read from. None: harness.manifest's
+# source_checkout() at each call (the package's own clone, else the working directory's);
+# tests pin a repository here.
+REPO: Path | None = None
 _SECRET_RE = re.compile(r"pass|secret|token|key|cred|auth|sig", re.IGNORECASE)
 _BATCH = 1000  # MLflow's log_batch limit on metrics
 # The page lines that say where and when a board was built; a rebuild from the same runs with the
@@ -55,7 +59,7 @@ BUILD_LINES = re.compile(
 
 @dataclass(frozen=True)
 class Checkout:
-    commit: str  # HEAD, or "unknown (not a git checkout)"
+    commit: str  # HEAD, or "unknown (not a git checkout: <working directory>)"
     dirty: tuple[str, ...]  # changed or untracked paths outside the excluded outputs
 
     def describe(self, allowed: bool) -> str:
@@ -69,19 +73,24 @@ class Checkout:
 def checkout(out: Path) -> Checkout:
     """HEAD of the checkout rlbench runs from, and the paths (tracked and modified, or untracked
     and not ignored) that differ from it, leaving out ``leaderboards/`` and ``out`` (boards
-    written before this one, and this one)."""
+    written before this one, and this one). Which checkout: :func:`harness.manifest.
+    source_checkout`; outside any, the commit is one line saying so and nothing is dirty."""
+    repo = REPO if REPO is not None else source_checkout()
+    if repo is None:
+        return Checkout(not_a_checkout(), ())
+
     def git(*args: str) -> str:
-        return subprocess.run(["git", *args], cwd=REPO, capture_output=True, text=True,
+        return subprocess.run(["git", *args], cwd=repo, capture_output=True, text=True,
                               check=True, timeout=30).stdout
 
     try:
         head = git("rev-parse", "HEAD").strip()
         exclude = [NOT_CODE]
         with contextlib.suppress(ValueError):  # ``out`` outside the checkout: nothing to exclude
-            exclude.append(f":(exclude){out.resolve().relative_to(REPO).as_posix()}")
+            exclude.append(f":(exclude){out.resolve().relative_to(repo).as_posix()}")
         status = git("status", "--porcelain", "--", ".", *exclude)
     except (OSError, subprocess.SubprocessError):
-        return Checkout("unknown (not a git checkout)", ())
+        return Checkout(f"unknown (git could not read a commit in {repo})", ())
     return Checkout(head, tuple(sorted(line[3:] for line in status.splitlines() if line)))
 
 
@@ -124,7 +133,7 @@ def display_tracking_uri(uri: str, base: Path) -> str:
 # ---------------------------------------------------------------------------------- reproduce
 
 def _sweep_params(name: str) -> dict[str, set[str]] | None:
-    path = REPO / "conf" / "sweep" / f"{name}.yaml"
+    path = CONF_DIR / "sweep" / f"{name}.yaml"
     if not path.is_file():
         return None
     from omegaconf import OmegaConf

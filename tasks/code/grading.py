@@ -36,7 +36,6 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
-from harness.components import ConfigError
 from harness.sandbox import Limits, SandboxUnavailableError, WeakerIsolationError, require
 from harness.sandbox.remote import (
     ForkServer,
@@ -47,6 +46,7 @@ from harness.sandbox.remote import (
     ServerPool,
     Session,
 )
+from harness.typed_config import ConfigError
 
 
 @dataclass

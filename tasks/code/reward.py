@@ -14,8 +14,8 @@ import atexit
 from dataclasses import dataclass, field
 from typing import Any
 
-from harness.components import ConfigError, validate
 from harness.registry import register_verifier
+from harness.typed_config import ConfigError, validate
 from harness.types import Example, Score
 from tasks.code.grading import CodeGrader, GraderConfig, called_names, split_asserts
 
@@ -60,7 +60,7 @@ class CodeTestsVerifier:
         return self._grader
 
     def program(self, response: str) -> str | None:
-        from tasks.code import _compiles, last_fenced_block
+        from tasks.code.task import _compiles, last_fenced_block
 
         code = response.strip() if self.config.extract == "raw" else last_fenced_block(response)
         return code + "\n" if code and _compiles(code) else None

@@ -11,8 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from harness.components import ConfigError, validate
 from harness.registry import register_verifier
+from harness.typed_config import ConfigError, validate
 from harness.types import Example, Score
 from tasks.countdown.verifier import check_expression
 
@@ -45,7 +45,7 @@ class CountdownVerifier:
         return [int(n) for n in numbers], int(gold["target"])
 
     def __call__(self, examples: list[Example], responses: list[str]) -> list[Score]:
-        from tasks.countdown import last_answer
+        from tasks.countdown.task import last_answer
 
         cfg = self.config
         scores = []

@@ -18,7 +18,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from harness.components import ConfigError
+from harness.typed_config import ConfigError
 
 FILE_KINDS = (".jsonl", ".json", ".parquet", ".csv")
 WHAT_WORKS = ("a .jsonl, .json, .parquet or .csv file, or a directory saved by "

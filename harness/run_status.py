@@ -1,10 +1,7 @@
-"""What a training run prints and how it stops: the per-step status line, the summary metrics
-(``final/*``, ``start/*``) and the end-of-run text, and the SIGINT/SIGTERM handlers that let the
-loop stop at a step boundary (:mod:`harness.trainer` owns the loop; this module holds no state).
-
-Summary rule: ``final/<set>/<metric>`` is the last evaluation, of the model training ended with
-(averaging it with an earlier one would give a half-trained model half the weight); ``start/*``
-is the step-0 evaluation when there was one. Only pass@k, mean@k and maj@k enter the summary.
+"""What a training run prints and how it stops: the per-step status line, the evaluation line
+and the end-of-run text, and the SIGINT/SIGTERM handlers that let the loop stop at a step boundary
+(:mod:`harness.trainer` owns the loop; this module holds no state). The summary rule is in
+:mod:`harness.summary`.
 """
 
 from __future__ import annotations
@@ -12,10 +9,8 @@ from __future__ import annotations
 import contextlib
 import resource
 import signal
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from typing import Any
-
-SUMMARY_METRICS = ("/pass_at_", "/mean_at_", "/maj_at_")
 
 
 class RunInterrupted(BaseException):
@@ -25,19 +20,6 @@ class RunInterrupted(BaseException):
     def __init__(self, signum: int) -> None:
         super().__init__(f"interrupted by signal {signum}")
         self.signum = signum
-
-
-def eval_summary(evals: Sequence[Mapping[str, float]]) -> dict[str, float]:
-    """``final/*`` (the last evaluation, of the model training ended with: never averaged with a
-    mid-training one) and ``start/*`` (the step-0 evaluation)."""
-    summary: dict[str, float] = {}
-    evals = sorted(evals, key=lambda e: e["step"])
-    keys = [k for k in (evals[-1] if evals else {}) if any(s in k for s in SUMMARY_METRICS)]
-    for key in keys:
-        summary["final/" + key[len("eval/"):]] = float(evals[-1][key])
-        if evals[0]["step"] == 0 and key in evals[0]:
-            summary["start/" + key[len("eval/"):]] = evals[0][key]
-    return summary
 
 
 def status_line(run_name: str, step: int, steps: int, m: Mapping[str, float], eta_s: float) -> str:

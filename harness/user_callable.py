@@ -3,7 +3,7 @@
 ``load_callable(spec, key)`` accepts ``package.module:function``, ``package.module.function`` or
 ``path/to/file.py:function`` (relative paths and module names are resolved from the working
 directory, which is put on ``sys.path`` as for ``python -m``). A name that cannot be imported is a
-:class:`~harness.components.ConfigError` naming the key, so the run never starts.
+:class:`~harness.typed_config.ConfigError` naming the key, so the run never starts.
 
 :class:`CallablePool` calls such a function on chunks of a batch in a pool of forked worker
 processes (pebble's ``ProcessPool``, as PyTorch's DataLoader forks its workers): a call that
@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from harness.components import ConfigError
+from harness.typed_config import ConfigError
 
 
 def load_callable(spec: str, key: str) -> Callable[..., Any]:
