@@ -47,7 +47,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
 
-from harness.tracking import _retry  # a locked SQLite file is waited for, not failed on
+from harness.tracking import with_retries  # a locked SQLite file is waited for, not failed on
 
 log = logging.getLogger("rlbench")
 
@@ -167,7 +167,7 @@ class Claim:
             return
         self._stop.set()
         try:
-            _retry(self.client.delete_experiment, self.experiment_id)
+            with_retries(self.client.delete_experiment, self.experiment_id)
         except Exception as exc:  # left behind, it is stale once this process has exited
             log.warning("claim %s not released (%s); it lapses when this process exits",
                         self.name, exc)
@@ -196,7 +196,7 @@ def claim_cell(client: Any, experiment_id: str, digest: str,
                     "at once may both train it; use an SQLite file or a tracking server",
                     client.tracking_uri)
     for attempt in range(20):
-        found = _retry(_generations, client, experiment_id, digest)
+        found = with_retries(_generations, client, experiment_id, digest)
         top = max(found, default=-1)
         if top >= 0:
             exp = found[top]
@@ -210,7 +210,7 @@ def claim_cell(client: Any, experiment_id: str, digest: str,
             if not any(s in str(exc).lower() for s in ("exist", "locked")):
                 raise
             # a create that committed but answered an error (an HTTP retry) is this one's own
-            mine = _retry(_generations, client, experiment_id, digest).get(top + 1)
+            mine = with_retries(_generations, client, experiment_id, digest).get(top + 1)
             if mine is not None and mine.tags.get(f"{TAG}nonce") == me[f"{TAG}nonce"]:
                 claim_id = mine.experiment_id
             else:

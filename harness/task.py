@@ -85,11 +85,11 @@ class Task:
         """sha256 over the train pool and every eval set, logged in the run manifest."""
         h = hashlib.sha256()
         for ex in self.train_examples():
-            h.update(_example_bytes(ex))
+            h.update(example_bytes(ex))
         for es in self.eval_sets():
             h.update(es.name.encode())
             for ex in es.examples:
-                h.update(_example_bytes(ex))
+                h.update(example_bytes(ex))
         return h.hexdigest()
 
 
@@ -149,7 +149,7 @@ class VariantTask(Task):
             out.append(EvalSet(name=name, examples=examples, protocol=protocol))
         return out
 
-def _example_bytes(ex: Example) -> bytes:
+def example_bytes(ex: Example) -> bytes:
     """The hashed content of one example: id, prompt, answer, the ids of a prompt cut to the
     model's limit (harness/prompts.py) and a digest of each image (the image's
     ``info["sha256"]`` when its loader set one, else sha256 of mode, size and pixels)."""

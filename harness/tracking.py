@@ -17,7 +17,7 @@ so MLflow 3's UI opens them on the runs view rather than the GenAI traces view.
 Under load (the cells of a sweep, or two sweeps, on one store): a database store that does not
 exist yet is created once (:func:`open_client`: under a file lock on this host, and retried when
 another host created it at the same moment); a locked SQLite database or two cells inserting one
-dataset row are retried (:func:`_retry`); which process trains a cell is settled by a claim in
+dataset row are retried (:func:`with_retries`); which process trains a cell is settled by a claim in
 the store (:mod:`harness.claims`). What this process sent is counted (``Tracker.sent``) and
 written to the run's output dir as ``logged.json``, so a store can be audited against it.
 """
@@ -107,7 +107,7 @@ def get_or_create_experiment(client: Any, name: str, tracking_uri: str) -> str:
         return exp.experiment_id
 
 
-def _retry(fn: Any, *args: Any, **kwargs: Any) -> Any:
+def with_retries(fn: Any, *args: Any, **kwargs: Any) -> Any:
     """SQLite may be locked briefly by a parallel job of the same sweep, and two cells logging
     the same dataset at once race on its unique row (the loser's retry finds it and links it)."""
     for attempt in range(8):
@@ -156,17 +156,18 @@ class Tracker:
         self.sent: dict[str, Any] = {"metrics": Counter(), "params": 0, "tags": {}}
         if enabled:
             self.client = open_client(self.uri)
-            self.experiment_id = _retry(get_or_create_experiment, self.client, experiment, self.uri)
+            self.experiment_id = with_retries(get_or_create_experiment, self.client, experiment,
+                                              self.uri)
 
     def start(self, run_name: str, tags: dict[str, str], run_id: str | None = None) -> None:
         if not self.enabled:
             return
         if run_id:  # resuming: reopen the same run
             self.run_id = run_id
-            _retry(self.client.update_run, run_id, status="RUNNING")
+            with_retries(self.client.update_run, run_id, status="RUNNING")
             return
         tags = {**source_tags(), **tags}
-        run = _retry(self.client.create_run, self.experiment_id, run_name=run_name, tags=tags)
+        run = with_retries(self.client.create_run, self.experiment_id, run_name=run_name, tags=tags)
         self.run_id = run.info.run_id
         self.sent["tags"].update(tags)
 
@@ -178,7 +179,7 @@ class Tracker:
         flat = flatten(config)
         params = [Param(k, str(v)[:MAX_PARAM_VALUE]) for k, v in sorted(flat.items())]
         for start in range(0, len(params), 100):  # MLflow's batch limit
-            _retry(self.client.log_batch, self.run_id, params=params[start : start + 100])
+            with_retries(self.client.log_batch, self.run_id, params=params[start : start + 100])
         self.sent["params"] += len(params)
 
     def summary_of(self, run_id: str) -> dict[str, float]:
@@ -194,7 +195,7 @@ class Tracker:
         now = int(time.time() * 1000)
         items = [Metric(k, float(v), now, step) for k, v in metrics.items()]
         for start in range(0, len(items), 1000):
-            _retry(self.client.log_batch, self.run_id, metrics=items[start : start + 1000])
+            with_retries(self.client.log_batch, self.run_id, metrics=items[start : start + 1000])
         self.sent["metrics"].update(metrics.keys())
 
     def log_text(self, text: str, artifact_path: str) -> None:
@@ -204,7 +205,7 @@ class Tracker:
             target = Path(tmp) / Path(artifact_path).name
             target.write_text(text)
             parent = str(Path(artifact_path).parent)
-            _retry(self.client.log_artifact, self.run_id, str(target),
+            with_retries(self.client.log_artifact, self.run_id, str(target),
                    None if parent == "." else parent)
 
     def log_json(self, obj: Any, artifact_path: str) -> None:
@@ -223,7 +224,7 @@ class Tracker:
                 value = row.get(k)
                 columns[k].append(value if isinstance(value, (str, int, float, bool))
                                   or value is None else json.dumps(value, default=str))
-        _retry(self.client.log_table, self.run_id, columns, artifact_path)
+        with_retries(self.client.log_table, self.run_id, columns, artifact_path)
 
     def log_datasets(self, task: Any, train: list[Any], eval_sets: list[Any]) -> None:
         """The train pool and each eval set (as fitted to the model: harness/prompts.py) as
@@ -232,12 +233,12 @@ class Tracker:
             return
         from mlflow.entities import Dataset, DatasetInput, InputTag
 
-        from harness.task import _example_bytes
+        from harness.task import example_bytes
 
         def entity(name: str, examples: list[Any]) -> Dataset:
             h = hashlib.sha256()
             for ex in examples:
-                h.update(_example_bytes(ex))
+                h.update(example_bytes(ex))
             source = json.dumps({"task": task.name,
                                  "variant": str(getattr(task.config, "variant", ""))})
             profile = json.dumps({"num_rows": len(examples)})
@@ -249,7 +250,7 @@ class Tracker:
         inputs += [DatasetInput(entity(f"{task.name}/{es.name}", es.examples),
                                 [InputTag("mlflow.data.context", "eval")])
                    for es in eval_sets]
-        _retry(self.client.log_inputs, self.run_id, datasets=inputs)
+        with_retries(self.client.log_inputs, self.run_id, datasets=inputs)
 
     def log_model_dir(self, checkpoint: Path) -> None:
         """The model files of a checkpoint (Hugging Face format: weights, config, tokenizer) as
@@ -263,7 +264,7 @@ class Tracker:
                 if f.is_file() and f.name != "trainer_state.json" and not f.name.startswith(
                         ("optimizer", "scheduler", "rng", "engine_state")):
                     (target / f.name).symlink_to(f.resolve())
-            _retry(self.client.log_artifacts, self.run_id, str(target), "model")
+            with_retries(self.client.log_artifacts, self.run_id, str(target), "model")
 
     def start_system_metrics(self, interval_s: float = 10.0) -> None:
         """MLflow's system metrics monitor (CPU, memory, disk, network, GPU) on this run, one
@@ -290,7 +291,7 @@ class Tracker:
         if self._system_monitor is not None:
             self._system_monitor.finish()
             self._system_monitor = None
-        _retry(self.client.set_terminated, self.run_id, status=status)
+        with_retries(self.client.set_terminated, self.run_id, status=status)
         if ledger is not None:
             self.write_ledger(ledger)
 

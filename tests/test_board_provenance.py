@@ -16,7 +16,7 @@ import pytest
 from mlflow.entities import Metric, Param
 from mlflow.tracking import MlflowClient
 
-from harness.cli.board import _exports, _load
+from harness.cli.board import _exports, load_exports
 from harness.report import provenance
 from harness.report.board import build_leaderboards as _build
 from harness.report.config import BoardError
@@ -332,7 +332,7 @@ def test_a_committed_board_rebuilds_from_its_export_with_the_current_code(tmp_pa
     experiment = re.search(r"Experiment: `([^`]*)`", readme).group(1)
     config = re.search(r"then `rlbench board [^`]*--config (\S+?)`", readme)
     uri = f"sqlite:///{tmp_path / 'copy.db'}"
-    _load([str(committed)], uri, experiment)  # what `rlbench board --runs` loads
+    load_exports([str(committed)], uri, experiment)  # what `rlbench board --runs` loads
     # the page names its --out relative to the repository: leaderboards/<board>
     monkeypatch.setattr("harness.report.board.REPO", tmp_path)
     rebuilt = tmp_path / "leaderboards" / board

@@ -355,10 +355,10 @@ def test_bad_data_keys_are_refused_before_anything_is_built(override, message):
 
 
 def test_a_cut_prompt_changes_the_logged_dataset_digest_and_an_uncut_one_does_not():
-    from harness.task import _example_bytes
+    from harness.task import example_bytes
 
     ex = Example("a", "x" * 12)
-    assert _example_bytes(ex) == _example_bytes(Example("a", "x" * 12))
+    assert example_bytes(ex) == example_bytes(Example("a", "x" * 12))
     cut_ex = fit_examples([ex], _Engine(), ModelLimits(16, "c", 1000, "m"), 8, _data("left"),
                           "task.train", "w")[0][0]
-    assert _example_bytes(cut_ex) != _example_bytes(ex)
+    assert example_bytes(cut_ex) != example_bytes(ex)

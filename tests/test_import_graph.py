@@ -194,3 +194,30 @@ def test_the_checker_finds_a_test_module_importing_another(tmp_path):
         "tests/sub/test_c.py:1: tests.test_a", "tests/sub/test_c.py:2: tests.sub.conftest",
         "tests/sub/test_c.py:4: tests.test_b", "tests/test_a.py:2: tests.test_b",
         "tests/test_b.py:2: tests.conftest"]
+
+
+def private_imports(root: Path = ROOT) -> list[str]:
+    """``from project.module import _name`` in another module: a private name used across a
+    module boundary (the name belongs in the module's public surface, or the code beside it)."""
+    mods = project_modules(root)
+    found = []
+    for module, path in sorted(mods.items()):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module in mods \
+                    and node.module != module:
+                found += [f"{path.relative_to(root)}:{node.lineno}: {node.module}.{a.name}"
+                          for a in node.names if a.name.startswith("_")
+                          and not a.name.startswith("__")]
+    return found
+
+
+def test_no_module_imports_a_private_name_of_another():
+    assert private_imports() == []
+
+
+def test_the_checker_finds_a_private_import(tmp_path):
+    (tmp_path / "harness").mkdir()
+    (tmp_path / "harness" / "a.py").write_text("def _helper():\n    pass\n")
+    (tmp_path / "harness" / "b.py").write_text(
+        "def f():\n    from harness.a import _helper\n    return _helper\n")
+    assert private_imports(tmp_path) == ["harness/b.py:2: harness.a._helper"]

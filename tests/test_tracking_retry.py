@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from harness.tracking import _retry
+from harness.tracking import with_retries
 
 
 @pytest.mark.parametrize("message", ["database is locked",
@@ -20,7 +20,7 @@ def test_races_of_parallel_cells_are_retried(message):
             raise RuntimeError(message)
         return "logged"
 
-    assert _retry(log) == "logged" and len(calls) == 2
+    assert with_retries(log) == "logged" and len(calls) == 2
 
 
 def test_other_errors_are_raised_at_once():
@@ -31,5 +31,5 @@ def test_other_errors_are_raised_at_once():
         raise RuntimeError("no such experiment")
 
     with pytest.raises(RuntimeError, match="no such experiment"):
-        _retry(log)
+        with_retries(log)
     assert len(calls) == 1

@@ -27,7 +27,7 @@ def _exports(paths: list[str]) -> list[Path]:
     return list(found.values())
 
 
-def _load(paths: list[str], uri: str, experiment: str) -> None:
+def load_exports(paths: list[str], uri: str, experiment: str) -> None:
     from harness.report.provenance import import_runs
 
     for export in _exports(paths):
@@ -69,7 +69,7 @@ def cmd_board(args: argparse.Namespace) -> None:
         if args.runs:
             tmp = stack.enter_context(tempfile.TemporaryDirectory(prefix="rlbench-board-"))
             uri = f"sqlite:///{Path(tmp) / 'runs.db'}"
-            _load(args.runs, uri, args.experiment)
+            load_exports(args.runs, uri, args.experiment)
         written = build_leaderboards(uri, args.experiment, args.out,
                                      baseline=args.baseline, config=args.config,
                                      # a temporary store is deleted: nothing to log into

@@ -40,7 +40,7 @@ def plan_lines(uri: str, experiment: str, config: str | None, deltas: list[float
     from mlflow.tracking import MlflowClient
 
     from harness.report.analysis import mde_at, seeds_needed
-    from harness.report.board import _pair
+    from harness.report.board import pair_rows
     from harness.report.collect import collect
     from harness.report.config import load_config
     from harness.report.tables import primary_spec, specs_of
@@ -64,7 +64,7 @@ def plan_lines(uri: str, experiment: str, config: str | None, deltas: list[float
         rows = group.rows
         prim = primary_spec(specs_of(rows, cfg.select.eval_set if cfg.select else None),
                             plan.primary)
-        _pair(rows, cfg, cfg.baseline)
+        pair_rows(rows, cfg, cfg.baseline)
         v = judge(rows, prim, cfg)
         a = v.analysis
         lines.append(f"{task}-{variant} / {model}: {len(rows)} rows")
@@ -86,7 +86,7 @@ def plan_lines(uri: str, experiment: str, config: str | None, deltas: list[float
 
 
 def cmd_power(args: argparse.Namespace) -> None:
-    from harness.cli.board import _load
+    from harness.cli.board import load_exports
     from harness.tracking import resolve_tracking_uri
 
     with contextlib.ExitStack() as stack:
@@ -97,6 +97,6 @@ def cmd_power(args: argparse.Namespace) -> None:
                                  "--tracking-uri")
             tmp = stack.enter_context(tempfile.TemporaryDirectory(prefix="rlbench-power-"))
             uri = f"sqlite:///{Path(tmp) / 'runs.db'}"
-            _load(args.runs, uri, args.experiment)
+            load_exports(args.runs, uri, args.experiment)
         for line in plan_lines(uri, args.experiment, args.config, args.delta):
             print(line)

@@ -79,7 +79,7 @@ EXPORT = "runs.jsonl.gz"
 
 # ---------------------------------------------------------------------------------- rows
 
-def _pair(rows: list[Row], cfg: BoardConfig, default: str) -> None:
+def pair_rows(rows: list[Row], cfg: BoardConfig, default: str) -> None:
     """Baseline of each row: its runs' ``rlbench.baseline`` tag, else ``cfg.pairs`` for
     ``algorithm@variant`` then ``algorithm``, else ``default``. The name matches a row's label
     (or, failing that, an algorithm); among several, the one at the same temperature."""
@@ -289,7 +289,7 @@ def _write_group(client: MlflowClient, history: History, d: Path, title: str, gr
         raise BoardError(f"{title}: the plan's primary metric {cfg.plan.primary!r} "
                          f"({cfg.source}) was not logged; logged: "
                          f"{', '.join(s.name for s in specs) or 'none'}")
-    _pair(rows, cfg, default)
+    pair_rows(rows, cfg, default)
     late_means(history, rows, cfg.final_window)
     _fill(rows, specs, cfg)
     verdict = judge(rows, prim, cfg, edges=group.edges,

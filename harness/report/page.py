@@ -15,10 +15,10 @@ from harness.report.tables import (
     Row,
     Run,
     Spec,
-    _table,
     budget_table,
     cell,
     cost_table,
+    markdown_table,
     paired_table,
     quality_table,
     start_table,
@@ -125,7 +125,7 @@ def _config_table(page: Page) -> list[str]:
     cols = [[str(i) for i in range(1, len(page.rows) + 1)], [r.key for r in page.rows]]
     cols += [[r.config.get(k, "(not set)") for r in page.rows] for k in keys]
     return ["", "## Configuration", "", "The resolved config keys the rows differ in (besides the "
-            "algorithm's own knobs).", "", *_table(["#", "row", *(f"`{k}`" for k in keys)],
+            "algorithm's own knobs).", "", *markdown_table(["#", "row", *(f"`{k}`" for k in keys)],
                                                    cols)]
 
 
@@ -148,7 +148,7 @@ def _selection(page: Page, cfg: BoardConfig) -> list[str]:
             f"on the `{sel.eval_set}` split, which is disjoint from the eval sets reported above; "
             "every other table reports the chosen value only. The grid and the choice are "
             "recorded on this board's MLflow run.", "",
-            *_table(["row", *(f"{sel.key.rpartition('.')[2]}={v}" for v in values)], cols)]
+            *markdown_table(["row", *(f"{sel.key.rpartition('.')[2]}={v}" for v in values)], cols)]
 
 
 def _num_key(v: str) -> tuple[int, float, str]:

@@ -228,7 +228,7 @@ def _bold_column(cells: list[str], ivs: list[Interval], lower: bool) -> list[str
     return [f"**{c}**" if iv.n >= 2 and iv.mean == best else c for c, iv in zip(cells, ivs)]
 
 
-def _table(header: list[str], columns: list[list[str]]) -> list[str]:
+def markdown_table(header: list[str], columns: list[list[str]]) -> list[str]:
     lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
     lines += ["| " + " | ".join(cells) + " |" for cells in zip(*columns)]
     return lines
@@ -250,8 +250,8 @@ def quality_table(rows: list[Row], specs: list[Spec]) -> list[str]:
         cols.append(_bold_column([cell(iv) for iv in ivs], ivs, False))
     dyn = shown_dynamics(rows)
     cols += [[cell(r.final[d.key]) for r in rows] for d in dyn]
-    return _table(["#", "row", "T", "seeds", *(s.title for s in specs), *(d.title for d in dyn)],
-                  cols)
+    return markdown_table(
+        ["#", "row", "T", "seeds", *(s.title for s in specs), *(d.title for d in dyn)], cols)
 
 
 def paired_names(rows: list[Row], specs: list[Spec]) -> list[tuple[str, str]]:
@@ -269,7 +269,7 @@ def paired_table(rows: list[Row], specs: list[Spec], confidence: float) -> list[
             iv = r.vs.get(name)
             col.append("—" if iv is None else cell(iv, signed=True))
         cols.append(col)
-    return _table(["#", "row", "baseline", *(f"Δ {t}" for _, t in names)], cols)
+    return markdown_table(["#", "row", "baseline", *(f"Δ {t}" for _, t in names)], cols)
 
 
 def start_table(rows: list[Row], specs: list[Spec]) -> list[str]:
@@ -281,7 +281,7 @@ def start_table(rows: list[Row], specs: list[Spec]) -> list[str]:
             col.append("—" if st is None or st.n == 0 or d is None
                        else f"{st.mean:.3f} → {cell(d, signed=True)}")
         cols.append(col)
-    return _table(["#", "row", *(s.title for s in specs)], cols)
+    return markdown_table(["#", "row", *(s.title for s in specs)], cols)
 
 
 def step_table(rows: list[Row]) -> list[str]:
@@ -290,7 +290,7 @@ def step_table(rows: list[Row]) -> list[str]:
     cols = [*_head(rows), [r.knob("trainer.optim.lr") for r in rows],
             [r.knob("trainer.optim.grad_clip") for r in rows]]
     cols += [[cell(r.final.get(d.key, _NONE), d.fmt) for r in rows] for d in dyn]
-    return _table(["#", "row", "lr", "grad clip", *(d.title for d in dyn)], cols)
+    return markdown_table(["#", "row", "lr", "grad clip", *(d.title for d in dyn)], cols)
 
 
 def shown_costs(rows: list[Row]) -> list[Cost]:
@@ -304,7 +304,7 @@ def cost_table(rows: list[Row]) -> list[str]:
         ivs = [r.cost[c.key] for r in rows]
         cells = [cell(iv, c.fmt) for iv in ivs]
         cols.append(_bold_column(cells, ivs, True) if c.lower_is_best else cells)
-    return _table(["#", "row", *(c.title for c in shown_costs(rows))], cols)
+    return markdown_table(["#", "row", *(c.title for c in shown_costs(rows))], cols)
 
 
 def budget_table(rows: list[Row], specs: list[Spec]) -> list[str]:
@@ -316,7 +316,7 @@ def budget_table(rows: list[Row], specs: list[Spec]) -> list[str]:
     for s in pass_specs:
         ivs = [r.budget.get(s.name, _NONE) for r in rows]
         cols.append(_bold_column([cell(iv) for iv in ivs], ivs, False))
-    return _table(["#", "row", "step", "tokens", *(s.title for s in pass_specs)], cols)
+    return markdown_table(["#", "row", "step", "tokens", *(s.title for s in pass_specs)], cols)
 
 
 # ---------------------------------------------------------------------------------- csv

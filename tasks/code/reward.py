@@ -60,10 +60,10 @@ class CodeTestsVerifier:
         return self._grader
 
     def program(self, response: str) -> str | None:
-        from tasks.code.task import _compiles, last_fenced_block
+        from tasks.code.task import compiles, last_fenced_block
 
         code = response.strip() if self.config.extract == "raw" else last_fenced_block(response)
-        return code + "\n" if code and _compiles(code) else None
+        return code + "\n" if code and compiles(code) else None
 
     def __call__(self, examples: list[Example], responses: list[str]) -> list[Score]:
         cfg = self.config

@@ -166,7 +166,7 @@ class CodeTask(VariantTask):
             return None
         if self.config.variant == "tiny":
             code = response.strip()
-            return code + "\n" if code and _compiles(code) else None
+            return code + "\n" if code and compiles(code) else None
         code = last_fenced_block(response)
         if code is None:
             return None
@@ -214,7 +214,7 @@ def last_fenced_block(text: str) -> str | None:
     return blocks[-1][1] if blocks else None
 
 
-def _compiles(code: str) -> bool:
+def compiles(code: str) -> bool:
     """Syntax check only (``ast.parse`` never runs the code); deep nesting counts as invalid."""
     try:
         ast.parse(code)
