@@ -6,6 +6,7 @@ duplicated cells (issue 20: never "latest run wins")."""
 
 from __future__ import annotations
 
+import copy
 import math
 
 import numpy as np
@@ -115,6 +116,7 @@ def test_a_task_where_every_row_ends_below_its_warm_start_is_flagged():
     {"grpo": {"0": 0.3}, "maxrl": {"1": 0.4}},  # no row with two seeds
 ])
 def test_a_task_without_seed_noise_is_refused_naming_it(finals):
+    finals = copy.deepcopy(finals)  # the parameter is shared by reruns in one process
     with pytest.raises(BoardError, match=r"^countdown-tiny / tiny: .*seed noise"):
         TaskScores("countdown-tiny / tiny", "heldout/pass_at_1", 0.2, finals)
     finals["grpo"]["9"] = 0.31  # one row with spread is enough
