@@ -2,13 +2,14 @@
 Python 3.12 image with torch 2.11 and transformers 5.17, no vLLM, no package registry).
 
 ``benchmarks/gpu_check.sh`` runs it there (docs/gpu.md: how the wheels it needs are carried);
-``GPU_CHECK_SMOKE=1`` dry-runs every phase on a CPU at toy sizes (CI does, tests/test_gpu_check.py).
+``GPU_CHECK_SMOKE=1`` dry-runs every phase on a CPU at toy sizes (CI does,
+tests/backends/test_gpu_check.py).
 ``run --out DIR`` runs the phases below, each in its own process (megatron-core and vLLM keep
 process-wide state) under one time budget (``GPU_CHECK_BUDGET_S``, default 540 s), and writes
 ``DIR/summary.json`` and ``DIR/gpu_check.log``:
 
 * ``env``: device, versions, which optional packages import, the measured bf16 matmul rate.
-* ``gpu_tests``: ``pytest -m gpu tests/test_gpu_engines.py``.
+* ``gpu_tests``: ``pytest -m gpu tests/backends/test_gpu_engines.py``.
 * ``build``: a random checkpoint of Qwen3-0.6B's shape (28 layers, hidden 1024, 16/8 heads,
   full 151936 vocabulary, tied embeddings; rlbench's character tokenizer, nothing downloaded).
 * ``hf_grpo``: GRPO steps with the transformers engine in bf16 (fp32 master weights) on
@@ -378,7 +379,7 @@ def run_phase(name: str, limit: float, work: Path, log: Any) -> dict[str, Any]:
     result_file.unlink(missing_ok=True)
     if name == "gpu_tests":
         cmd = [sys.executable, "-m", "pytest", "-q", "-m", "gpu", "-rs", "-p", "no:cacheprovider",
-               "tests/test_gpu_engines.py"]
+               "tests/backends/test_gpu_engines.py"]
     else:
         cmd = [sys.executable, __file__, "phase", name, str(work), str(result_file)]
     log.write(f"\n===== {name} (limit {limit:.0f} s): {' '.join(cmd)}\n")

@@ -9,7 +9,7 @@
 #                                         wheels into /tmp/site, run the check, write
 #                                         $OUT/summary.json and $OUT/gpu_check.log
 #
-# GPU_CHECK_SMOKE=1 runs the same phases at toy sizes on a CPU (CI: tests/test_gpu_check.py).
+# GPU_CHECK_SMOKE=1 runs the same phases at toy sizes on a CPU (CI: tests/backends/test_gpu_check.py).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 WHEELS=.whl

@@ -131,18 +131,18 @@ MODULES: dict[str, tuple[list[str], list[str], list[str]]] = {
 DESELECT: dict[str, list[str]] = {
     # failed with a NameError (`cells.` left over from the rename to cell_plan) when the table
     # in benchmarks/README.md was measured, and is fixed since: drop this entry on the next
-    # measurement; tests/test_cell_plan.py checks the same release-on-failure rule
+    # measurement; tests/engine/test_cell_plan.py checks the same release-on-failure rule
     "harness/cell_plan.py": [
-        "tests/test_claims.py::test_plan_cell_releases_its_claim_when_planning_fails"],
+        "tests/engine/test_claims.py::test_plan_cell_releases_its_claim_when_planning_fails"],
     # mutates its own parametrize argument (finals["grpo"]["9"] = ...), so the second run in the
     # same process sees a task with seed noise and the pytest.raises fails
     "harness/report/aggregate.py": [
-        "tests/test_suite_aggregate.py::test_a_task_without_seed_noise_is_refused_naming_it",
+        "tests/report/test_suite_aggregate.py::test_a_task_without_seed_noise_is_refused_naming_it",
         # end-to-end boards (MLflow store, 10-25 s each on the 2-core machine): too slow to run
         # per mutant; they exercise task_scores/render, which are outside this module's scope
-        "tests/test_suite_aggregate.py"
+        "tests/report/test_suite_aggregate.py"
         "::test_suite_board_writes_the_aggregate_beside_per_task_boards",
-        "tests/test_suite_aggregate.py::test_duplicated_cell_is_refused_naming_the_runs"],
+        "tests/report/test_suite_aggregate.py::test_duplicated_cell_is_refused_naming_the_runs"],
 }
 
 
@@ -172,7 +172,8 @@ def prepare(module: str, tests: list[str], baseline: bool) -> Path:
             shutil.copytree(src, ws / name, ignore=ignore)
         elif src.exists():
             shutil.copy2(src, ws / name)
-    present = [f"tests/{t}" for t in tests if (ROOT / "tests" / t).exists()]
+    # test files are named, not placed: tests/<group>/<name> wherever the layout puts them
+    present = [str(p.relative_to(ROOT)) for t in tests for p in sorted((ROOT / "tests").rglob(t))]
     cfg = [
         "[mutmut]",
         "source_paths =",

@@ -36,7 +36,7 @@ Usage::
     python benchmarks/store_concurrency.py --store server --cells 8 --workers 4
     python benchmarks/store_concurrency.py --store both --keep /tmp/concurrency
 
-The same functions back ``tests/test_store_concurrency.py``; starting and stopping PostgreSQL
+The same functions back ``tests/engine/test_store_concurrency.py``; starting and stopping PostgreSQL
 and the MLflow server is ``benchmarks/stores.py``'s (re-exported here).
 """
 

@@ -2,7 +2,7 @@
 cluster from the distribution's binaries, an MLflow tracking server on it.
 
 Used by ``benchmarks/store_concurrency.py`` (which loads this file by path: ``benchmarks/`` is not
-a package) and, through it, by ``tests/test_store_concurrency.py``. PostgreSQL runs as the
+a package) and, through it, by ``tests/engine/test_store_concurrency.py``. PostgreSQL runs as the
 ``postgres`` system user when started as root; :func:`postgres_unavailable` says why it cannot
 start here, if it cannot.
 """

@@ -11,7 +11,7 @@ A plugin is an installed package that declares entry points in its ``pyproject.t
   ``algorithm/<name>.yaml`` there.
 
 ``examples/rlbench_grpo_pos`` is a complete algorithm plugin in one module and one YAML file
-(``tests/test_plugin.py`` installs it and trains a step, and fails if it imports anything from
+(``tests/cli/test_plugin.py`` installs it and trains a step, and fails if it imports anything from
 ``harness`` but this module).
 
 Registering

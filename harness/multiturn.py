@@ -8,7 +8,7 @@ calls at once in a thread pool, so a slow tool delays only its own trajectory's 
 the result text is tokenised by the engine and appended with loss mask 0 and log-prob 0.
 
 The ids trained on are exactly the ids the engine generated plus the tool-result ids: the
-response is never decoded and re-encoded (``tests/test_multiturn.py`` checks this). Each
+response is never decoded and re-encoded (``tests/engine/test_multiturn.py`` checks this). Each
 trajectory records its turn boundaries (response offsets where a model segment starts) and its
 tool calls (name, query, ok, latency).
 

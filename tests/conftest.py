@@ -17,7 +17,7 @@ from tests.helpers import FAST_PRETRAIN
 
 HEAVY_GROUP = "machine_to_itself"
 # the test modules whose tests use the ``machine_to_itself`` fixture (checked at collection)
-HEAVY_MODULES = ("tests/test_sandbox_hostile.py", "tests/test_store_concurrency.py")
+HEAVY_MODULES = ("tests/sandbox/test_sandbox_hostile.py", "tests/engine/test_store_concurrency.py")
 
 
 def _module(nodeid: str) -> str:

@@ -1,7 +1,7 @@
 """Plain helpers shared by the test modules: constants, config builders, stand-ins and fakes.
 
 Fixtures live in ``tests/conftest.py``; everything a test module imports from another test file
-lives here, so no test module imports another (``tests/test_import_graph.py`` checks it).
+lives here, so no test module imports another (``tests/project/test_import_graph.py`` checks it).
 Heavy libraries are imported inside the helpers that need them, so importing this module stays
 cheap.
 """

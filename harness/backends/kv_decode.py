@@ -11,7 +11,7 @@ the buffers with an additive mask of the dtype's minimum (transformers' conventi
 op, where eager attention's batched matmuls over [B*H, 1, D] are ~8x slower on a CPU). The
 rotary cos/sin and the key mask are tables built once per batch and indexed per step. The
 sampled ids, log-probs and entropies match the ``DynamicCache`` path within 1e-5
-(``tests/test_kv_decode.py``).
+(``tests/backends/test_kv_decode.py``).
 
 Covered: decoder-only Qwen2 / Llama / Qwen3 (q/k norms) text models with full attention and a
 rotary embedding that does not depend on the sequence length. Anything else (VLMs, sliding
@@ -22,8 +22,8 @@ distinct prompt of a micro-batch (a GRPO group's n samples share it) and the res
 its keys and values, gathered per row, so autograd sums each prompt's gradient over its rows.
 On the tiny Countdown step (13 prompt + 12 response columns, 8 samples per prompt) that halves
 the update's forward and backward; in float32 log-probs and gradients equal the whole-row
-forward's up to summation order (within 1e-5; ``tests/test_shared_prefix.py``). Lower precision
-keeps the whole-row forward (see the function).
+forward's up to summation order (within 1e-5; ``tests/backends/test_shared_prefix.py``). Lower
+precision keeps the whole-row forward (see the function).
 """
 
 from __future__ import annotations

@@ -1,8 +1,8 @@
 """Reporting: leaderboards built from MLflow runs (``rlbench board``).
 
 The engine (trainer, backends, tasks, algorithms) never imports this package
-(``tests/test_report_layout.py``); it reads runs only through MLflow, so what a board reports is
-what was logged.
+(``tests/report/test_report_layout.py``); it reads runs only through MLflow, so what a board
+reports is what was logged.
 
 - :mod:`harness.report.board` - the build: query, rows, statistics, pages, MLflow run, export
 - :mod:`harness.report.collect` - runs into rows, one configuration each; duplicates; selection

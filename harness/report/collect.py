@@ -37,8 +37,8 @@ _NOT_SET = "(not set)"
 
 
 # When a run evaluates and checkpoints never changes what it trains (evaluation samples from
-# its own generator: tests/test_eval_at_tokens.py), so tuning runs evaluated only at the end and
-# reported runs evaluated every few steps at the same settings are one row.
+# its own generator: tests/engine/test_eval_at_tokens.py), so tuning runs evaluated only at the
+# end and reported runs evaluated every few steps at the same settings are one row.
 SCHEDULE_KEYS = ("trainer.eval_every", "trainer.eval_at_start", "trainer.eval_at_tokens",
                  "trainer.checkpoint_every", "trainer.keep_checkpoints")
 

@@ -10,8 +10,8 @@ Teachers Should Know About the Bootstrap", The American Statistician 69(4), 2015
 "narrowness bias" in small samples). Issue 31's simulation of 95% intervals on normal data at
 n = 10 measured coverage 0.961 for t against 0.904 for the percentile bootstrap the board used to
 switch to from 10 seeds on; it no longer switches. The t-interval assumes the mean over seeds is
-roughly normal; on skewed data it undercovers somewhat at small n (tests/test_stats_coverage.py
-measures by how much).
+roughly normal; on skewed data it undercovers somewhat at small n
+(tests/report/test_stats_coverage.py measures by how much).
 
 Two algorithms run on the same seeds share their seed-induced noise (same data order, same initial
 sampling state), so comparing them *per seed* (a paired difference) is much tighter than comparing

@@ -44,7 +44,7 @@ FILES = {
     "gsm8k": "gsm8k_test.jsonl",
     "math_train": "math_train.json",
 }
-# The published sizes (tests/test_math_data.py checks them).
+# The published sizes (tests/tasks/test_math_data.py checks them).
 SIZES = {"math500": 500, "aime24": 30, "aime25": 30, "amc23": 40, "minerva": 272,
          "olympiadbench": 675, "gsm8k": 1319, "math_train": 7472}
 EVAL_SETS = tuple(k for k in FILES if k != "math_train")

@@ -1,4 +1,4 @@
-"""Hostile candidate programs for the code grader (used by tests/test_sandbox_hostile.py).
+"""Hostile candidate programs for the code grader (used by tests/sandbox/test_sandbox_hostile.py).
 
 Every program answers the problem f(x) = 2x + 1 (tests f(2), f(3), f(10)) *correctly only if its
 attack worked*, or never answers at all (resource attacks), so any credit is a breach. Tokens

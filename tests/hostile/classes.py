@@ -1,5 +1,5 @@
 """Hostile programs grouped by class of attack (issue 30), several variants per class, run by
-``tests/hostile/by_class.py`` and asserted in ``tests/test_sandbox_hostile.py``.
+``tests/hostile/by_class.py`` and asserted in ``tests/sandbox/test_sandbox_hostile.py``.
 
 Written against behaviour, not against one implementation: no PID, path or descriptor number is
 assumed (every other process is found in ``/proc``, every descriptor number tried, every

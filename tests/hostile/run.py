@@ -1,5 +1,5 @@
 """Run the hostile-program suite and the bomb measurements in a process of their own and print
-one JSON object with what was measured. ``tests/test_sandbox_hostile.py`` starts this module
+one JSON object with what was measured. ``tests/sandbox/test_sandbox_hostile.py`` starts this module
 under an outer cap (its own cgroup: if the sandbox regressed, a bomb would hit that cap, not the
 machine), once as root and once as an unprivileged uid:
 

@@ -9,7 +9,7 @@ so the update only raises the probability of responses that beat their group (a 
 reused by name from rlbench's registries.
 
 A plugin imports rlbench's public API (:mod:`harness.api`) and nothing else from rlbench;
-``tests/test_plugin.py`` checks that this module does.
+``tests/cli/test_plugin.py`` checks that this module does.
 """
 
 from __future__ import annotations
