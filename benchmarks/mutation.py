@@ -106,7 +106,7 @@ MODULES: dict[str, tuple[list[str], list[str], list[str]]] = {
     "tasks/countdown/verifier.py": (
         ["test_countdown_verifier.py"], ["test_countdown_verifier_edges.py"], []),
     # the grading rules (asserts as units, output comparison, credit); not the sandbox plumbing
-    # (CodeGrader's fork-server sessions), which tests/test_sandbox*.py cover end to end
+    # (CodeGrader's fork-server sessions), which tests/sandbox/test_sandbox*.py cover end to end
     "tasks/code/grading.py": (
         ["test_code_grading_logic.py"], ["test_code_grading_edges.py"],
         ["tasks.code.grading.x_split_asserts*", "tasks.code.grading.x_asserts_nothing*",

@@ -16,7 +16,7 @@ Cost ledger (summary metrics, for compute-matched comparisons; docs/metrics.md):
 :class:`LoopState` is everything the loop itself carries from step to step (the step, the
 evaluations so far, the ledger). ``state_dict`` and ``load_state_dict`` walk the dataclass fields,
 so a field added here is saved in every checkpoint and restored on resume without another line
-(tests/test_resume_state.py checks each field round-trips).
+(tests/engine/test_run_contracts.py checks each field round-trips).
 """
 
 from __future__ import annotations

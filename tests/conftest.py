@@ -113,10 +113,19 @@ def tiny_model_path(model_cache: Path) -> str:
         return MODELS.get("tiny")(cfg.model, task, progress=False)
 
 
+@pytest.fixture(autouse=True)
+def no_command_from_another_test(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``rlbench`` records the command it was started with in ``RLBENCH_COMMAND`` (MLflow's
+    ``mlflow.source.name``; inherited by a sweep's workers). A test that calls ``main`` in this
+    process must not hand its command to the next test's runs or subprocesses."""
+    monkeypatch.delenv("RLBENCH_COMMAND", raising=False)
+
+
 @pytest.fixture
 def cli_env(tmp_path: Path, model_cache: Path) -> dict[str, str]:
     """Environment for `rlbench` subprocesses: private cache, MLflow store and cwd."""
     env = dict(os.environ)
+    env.pop("RLBENCH_COMMAND", None)  # a subprocess is a command of its own
     env["RLBENCH_CACHE"] = str(model_cache)
     env["MLFLOW_TRACKING_URI"] = f"sqlite:///{tmp_path / 'mlruns.db'}"
     return env
