@@ -270,16 +270,13 @@ class Trainer:
                     metrics.update(selected)
                 with timed(timings, "time/update"):
                     metrics.update(self.update(batch, old_is_current=True))
-                sync: dict[str, float] = {}
-                with timed(sync, "time/sync"):
+                with timed(timings, "time/sync"):
                     self.rollout_engine.update_weights(eng)
-                if self.separate_engines:
-                    timings.update(sync)
+                if not self.separate_engines:  # one shared model: nothing was synced
+                    del timings["time/sync"]
             metrics.update(rollout_metrics(batch, cfg.rollout.temperature))
             metrics["actor/lr"] = eng.lr
-        # the step's own time last, as before the other timings
-        step_s = timings.pop("time/step")
-        return {**metrics, **timings, "time/step": step_s}
+        return {**metrics, **timings}  # time/step, written as the block ends, comes last
 
     def old_logprobs(self, batch: RolloutBatch, micro: int) -> torch.Tensor:
         """log pi_old of every row at the training temperature. ``recompute`` runs the train

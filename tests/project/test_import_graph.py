@@ -22,6 +22,15 @@ def project_modules(root: Path = ROOT) -> dict[str, Path]:
     return mods
 
 
+def absolute_module(node: ast.ImportFrom, package: str) -> str:
+    """The module a ``from ... import`` reads, with a relative import resolved in ``package``."""
+    base = node.module or ""
+    if not node.level:
+        return base
+    parts = package.split(".")[: len(package.split(".")) - node.level + 1]
+    return ".".join([*parts, base] if base else parts)
+
+
 def import_graph(root: Path = ROOT) -> nx.DiGraph:
     """module -> each project module it imports, anywhere in its source."""
     mods = project_modules(root)
@@ -39,10 +48,7 @@ def import_graph(root: Path = ROOT) -> nx.DiGraph:
             if isinstance(node, ast.Import):
                 targets = [alias.name for alias in node.names]
             elif isinstance(node, ast.ImportFrom):
-                base = node.module or ""
-                if node.level:
-                    parts = package.split(".")[: len(package.split(".")) - node.level + 1]
-                    base = ".".join([*parts, base] if base else parts)
+                base = absolute_module(node, package)
                 # `from pkg import submodule` imports the submodule; else the module itself
                 targets = [f"{base}.{a.name}" for a in node.names
                            if resolve(f"{base}.{a.name}") == f"{base}.{a.name}"] or [base]
@@ -161,10 +167,7 @@ def imports_of_test_modules(root: Path = ROOT) -> list[str]:
             if isinstance(node, ast.Import):
                 names = [alias.name for alias in node.names]
             elif isinstance(node, ast.ImportFrom):
-                base = node.module or ""
-                if node.level:
-                    parts = package.split(".")[: len(package.split(".")) - node.level + 1]
-                    base = ".".join([*parts, base] if base else parts)
+                base = absolute_module(node, package)
                 names = [base, *(f"{base}.{alias.name}" for alias in node.names)]
             elif (isinstance(node, ast.Call) and node.args
                   and isinstance(node.args[0], ast.Constant) and isinstance(node.args[0].value, str)
