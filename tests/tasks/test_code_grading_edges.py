@@ -149,3 +149,22 @@ def test_called_names_skip_sources_that_do_not_parse_and_method_calls():
 ])
 def test_outputs_match_compares_tokens_and_numbers(got, expected, match):
     assert outputs_match(got, expected) is match
+
+
+def test_each_unit_is_the_tree_unparsed_with_only_its_own_assert():
+    # split_asserts unparses once and splices (linear in the asserts); each unit must be what
+    # unparsing the tree without the other asserts gives, whatever surrounds them
+    src = ('def check(candidate):\n    """doc"""\n    assert candidate(0) == 1\n'
+           '    data = {"a": [1, 2],\n            "b": "x\\ny"}\n'
+           '    def helper(v):\n        assert v\n        return v\n'
+           '    assert candidate(data["a"]) == f"""{data}\n"""\n'
+           '    for k in data:\n        pass\n    assert helper(candidate(2)) == 3, "msg"\n')
+    tree = ast.parse(src)
+    body = tree.body[0].body
+    asserts = [i for i, s in enumerate(body) if isinstance(s, ast.Assert)]
+    expected = []
+    for keep in asserts:
+        tree.body[0].body = [s for i, s in enumerate(body) if i not in asserts or i == keep]
+        expected.append(ast.unparse(tree))
+    tree.body[0].body = body
+    assert split_asserts(src) == expected and len(expected) == 3
