@@ -163,7 +163,7 @@ class RlbenchRunner:
     def step(self) -> None:
         t0 = time.perf_counter()
         metrics = self.trainer.train_step()
-        self.trainer.step += 1
+        self.trainer.state.step += 1
         wall = time.perf_counter() - t0
         self.done += 1
         if self.done <= self.warmup:
