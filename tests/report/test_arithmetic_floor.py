@@ -4,6 +4,7 @@ through, with grouped-query attention's narrower k/v projections, counted from t
 from __future__ import annotations
 
 import importlib.util
+import sys
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -14,6 +15,7 @@ def _floor_module():
     spec = importlib.util.spec_from_file_location("arithmetic_floor",
                                                   ROOT / "benchmarks" / "arithmetic_floor.py")
     module = importlib.util.module_from_spec(spec)
+    sys.modules["arithmetic_floor"] = module  # dataclasses look their module up there
     spec.loader.exec_module(module)
     return module
 
