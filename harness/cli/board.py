@@ -15,14 +15,14 @@ from pathlib import Path
 from harness.report.config import BoardError
 
 
-def _exports(paths: list[str]) -> list[Path]:
+def exports(paths: list[str]) -> list[Path]:
     found: dict[Path, Path] = {}  # a folder and a file inside it name one export once
     for raw in paths:
         path = Path(raw)
         files = sorted(path.glob("**/runs.jsonl.gz")) if path.is_dir() else [path]
         if not files or not all(f.is_file() for f in files):
             raise BoardError(f"--runs {raw}: no runs.jsonl.gz there; give an export written by "
-                             "rlbench board, or a board folder holding some")
+                             "rlbench board or rlbench export, or a folder holding some")
         found.update((f.resolve(), f) for f in files if f.resolve() not in found)
     return list(found.values())
 
@@ -30,9 +30,9 @@ def _exports(paths: list[str]) -> list[Path]:
 def load_exports(paths: list[str], uri: str, experiment: str) -> None:
     from harness.report.provenance import import_runs
 
-    for export in _exports(paths):
-        try:
-            import_runs(export, uri, experiment)
+    for export in exports(paths):
+        try:  # a run in two exports (a store that imported another's runs) is one run
+            import_runs(export, uri, experiment, skip_present=True)
         # a damaged or foreign file fails anywhere in gzip, json or MLflow's own checks (some
         # raise a bare Exception); the message keeps the cause
         except Exception as exc:

@@ -31,6 +31,8 @@ rlbench: a benchmark harness for RL with verifiable rewards.
   rlbench board [--experiment NAME] [--out DIR]  leaderboards from MLflow runs
   rlbench board --suite --experiment suite      ... and the suite's cross-task aggregate
   rlbench board ... --runs leaderboards/NAME     ... from a committed board's exported runs
+  rlbench export --experiment NAME --out F      a store's finished runs, to carry elsewhere
+  rlbench import --runs F --experiment NAME     ... loaded into this store: a sweep skips them
   rlbench ui [--port 5000]                      the MLflow UI on 127.0.0.1 (runs view)
   rlbench train|sweep track=lantern ...         a track outside the LLM loop
 
@@ -123,6 +125,31 @@ def _power_arguments(p: argparse.ArgumentParser) -> None:
     add_arguments(p)
 
 
+# -- export, import: finished runs carried between stores --------------------------------------
+def _export_arguments(p: argparse.ArgumentParser) -> None:
+    from harness.cli.transfer import add_export_arguments
+
+    add_export_arguments(p)
+
+
+def _export(args: argparse.Namespace, rest: list[str]) -> None:
+    from harness.cli.transfer import cmd_export
+
+    guarded(cmd_export, args)
+
+
+def _import_arguments(p: argparse.ArgumentParser) -> None:
+    from harness.cli.transfer import add_import_arguments
+
+    add_import_arguments(p)
+
+
+def _import(args: argparse.Namespace, rest: list[str]) -> None:
+    from harness.cli.transfer import cmd_import
+
+    guarded(cmd_import, args)
+
+
 # -- ui, demo -----------------------------------------------------------------------------------
 def _ui_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--port", type=int, default=5000)
@@ -156,6 +183,10 @@ COMMANDS: list[Command] = [
             _list_arguments, _list),
     Command("pretrain", "warm-start and cache the tiny model", _pretrain_arguments, _pretrain),
     Command("board", "leaderboards from MLflow runs", _board_arguments, _board),
+    Command("export", "a store's FINISHED training runs to one file (runs.jsonl.gz)",
+            _export_arguments, _export),
+    Command("import", "exported runs loaded into this store, once; a sweep skips their cells",
+            _import_arguments, _import),
     Command("power", "seeds needed to detect an effect, planned from a pilot's runs",
             _power_arguments, _power),
     Command("ui", "MLflow UI on 127.0.0.1, opening on the runs", _ui_arguments, _ui),

@@ -242,14 +242,24 @@ def read_export(path: Path) -> list[dict]:
         return [json.loads(line) for line in f if line.strip()]
 
 
-def import_runs(path: Path, tracking_uri: str, experiment: str) -> int:
+def import_runs(path: Path, tracking_uri: str, experiment: str, *,
+                skip_present: bool = False) -> tuple[int, int]:
     """Load an export into ``experiment`` at ``tracking_uri`` (created if missing); returns the
-    number of runs."""
+    numbers of runs loaded and left out. ``skip_present``: a run whose original id is already
+    in the experiment (``rlbench.exported_run_id``, or its own id) is left out, so loading the
+    same export twice loads it once."""
     client = MlflowClient(tracking_uri)
     exp = client.get_experiment_by_name(experiment)
     exp_id = exp.experiment_id if exp else client.create_experiment(experiment)
     records = read_export(path)
+    present = set()
+    if skip_present and exp is not None:
+        present = {r.data.tags.get(EXPORTED_ID_TAG, r.info.run_id)
+                   for r in client.search_runs([exp_id], max_results=50000)}
+    loaded = 0
     for rec in records:
+        if rec["run_id"] in present:
+            continue
         run = client.create_run(exp_id, start_time=rec["start_time"],
                                 tags={**rec["tags"], EXPORTED_ID_TAG: rec["run_id"]})
         rid = run.info.run_id
@@ -261,4 +271,6 @@ def import_runs(path: Path, tracking_uri: str, experiment: str) -> int:
         for i in range(0, len(metrics), _BATCH):
             client.log_batch(rid, metrics=metrics[i:i + _BATCH])
         client.set_terminated(rid, rec["status"], end_time=rec["end_time"])
-    return len(records)
+        present.add(rec["run_id"])
+        loaded += 1
+    return loaded, len(records) - loaded

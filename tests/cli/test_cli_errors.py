@@ -46,7 +46,7 @@ CASES = [
      ["checkpoint='/nope': no checkpoint there"]),
     ("an unknown flag", ["train", "--cfg", "everything"], ["--cfg everything", "--cfg job"]),
     ("board --runs where there is no export", ["board", "--experiment", "e", "--runs", "/nope"],
-     ["--runs /nope: no runs.jsonl.gz there", "a board folder"]),
+     ["--runs /nope: no runs.jsonl.gz there", "or a folder holding some"]),
     ("board --runs on a file that is no export",
      ["board", "--experiment", "e", "--runs", sys.executable],
      [f"--runs {sys.executable}: not a runs export written by rlbench board"]),

@@ -16,7 +16,7 @@ import pytest
 from mlflow.entities import Metric, Param
 from mlflow.tracking import MlflowClient
 
-from harness.cli.board import _exports, load_exports
+from harness.cli.board import exports, load_exports
 from harness.report import provenance
 from harness.report.board import build_leaderboards as _build
 from harness.report.config import BoardError
@@ -128,7 +128,7 @@ def test_export_rebuilds_the_same_board(tmp_path):
     records = read_export(export)
     assert len(records) == 4
     assert records[0]["metrics"]["rollout/tokens_total"][1][:2] == [2, 200.0]
-    assert import_runs(export, f"sqlite:///{tmp_path / 'copy.db'}", "e") == 4
+    assert import_runs(export, f"sqlite:///{tmp_path / 'copy.db'}", "e") == (4, 0)
     build_leaderboards(f"sqlite:///{tmp_path / 'copy.db'}", "e", tmp_path / "again")
     again = tmp_path / "again" / "countdown-tiny" / "tiny"
     assert (again / "leaderboard.csv").read_text() == (d / "leaderboard.csv").read_text()
@@ -352,7 +352,7 @@ def test_runs_names_each_export_once_however_it_is_reached(tmp_path):
     for page in ("a/x", "b/y"):
         (tmp_path / page).mkdir(parents=True)
         (tmp_path / page / "runs.jsonl.gz").write_bytes(b"")
-    found = _exports([str(tmp_path), str(tmp_path / "a" / "x" / "runs.jsonl.gz")])
+    found = exports([str(tmp_path), str(tmp_path / "a" / "x" / "runs.jsonl.gz")])
     assert [p.relative_to(tmp_path).as_posix() for p in found] == ["a/x/runs.jsonl.gz",
                                                                     "b/y/runs.jsonl.gz"]
 
