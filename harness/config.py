@@ -298,11 +298,13 @@ class RunParts:
     algorithm: Any  # harness.algorithm.Algorithm
 
 
-def validate_config(cfg: DictConfig) -> RunParts:
+def validate_config(cfg: DictConfig, *, hardware: bool = True) -> RunParts:
     """Check everything Hydra's schema cannot: enumerations, names in registries, and the
     algorithm's and task's own knobs, by building the task and the algorithm (each component
     checks its own knobs where it is built). Fills ``rollout.max_new_tokens`` with the task's
-    default when it is null. Returns what it built; raises :class:`ConfigError` naming the key."""
+    default when it is null. Returns what it built; raises :class:`ConfigError` naming the key.
+    ``hardware=False`` leaves out what this machine must have (a CUDA GPU for a GPU backend):
+    for a config that is only printed (``--cfg job``), e.g. a GPU sweep checked on a laptop."""
     from harness.algorithm import AlgorithmConfig, build_algorithm
     from harness.typed_config import build
 
@@ -316,7 +318,7 @@ def validate_config(cfg: DictConfig) -> RunParts:
         if name not in registry:
             raise ConfigError(f"{key}: {registry._unknown_message(name)}")
         engine = BACKENDS.get(name) if registry is BACKENDS else None
-        if engine is not None and engine.requires_cuda:
+        if hardware and engine is not None and engine.requires_cuda:
             import torch
 
             cpu_mode = cfg.backend.device == "cpu" and engine.cpu_mode

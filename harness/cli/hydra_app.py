@@ -112,13 +112,14 @@ def _variant_sections(overrides: list[str], cfg: Any) -> None:
 _BUILT: dict[tuple[str, ...], Any] = {}
 
 
-def check_cell(overrides: list[str]) -> Any:
+def check_cell(overrides: list[str], hardware: bool = True) -> Any:
     """Compose and validate one cell (building its task and algorithm); returns the built
-    :class:`harness.config.RunParts`. Raises on bad input."""
+    :class:`harness.config.RunParts`. Raises on bad input. ``hardware=False``: not whether
+    this machine can run it (``--cfg``: nothing runs)."""
     from harness.config import validate_config
 
     cfg = compose_config(overrides)
-    parts = validate_config(cfg)
+    parts = validate_config(cfg, hardware=hardware)
     _variant_sections(overrides, cfg)
     return parts
 
@@ -153,8 +154,9 @@ def compatible_cells(cells: list[list[str]], overrides: list[str],
     return kept
 
 
-def preflight(overrides: list[str], multirun: bool) -> list[list[str]]:
-    """Every cell composed and validated; bad input exits 2 naming the key (and the cell)."""
+def preflight(overrides: list[str], multirun: bool, hardware: bool = True) -> list[list[str]]:
+    """Every cell composed and validated; bad input exits 2 naming the key (and the cell).
+    ``hardware=False`` (``--cfg``): a GPU backend is not refused on a machine without one."""
     from hydra.errors import HydraException
     from omegaconf.errors import OmegaConfBaseException
 
@@ -170,7 +172,7 @@ def preflight(overrides: list[str], multirun: bool) -> list[list[str]]:
     for k, cell in enumerate(cells, 1):
         where = f"cell {k}/{len(cells)} ({' '.join(cell)}): " if multirun else ""
         try:
-            parts = check_cell(cell)
+            parts = check_cell(cell, hardware)
             if not multirun:  # the run happens in this process: hand it what was built
                 _BUILT[tuple(cell)] = parts
         except (HydraException, OmegaConfBaseException) as exc:
@@ -319,8 +321,9 @@ def run(command: str, args: list[str]) -> None:
             or "-i" in flags:
         _hydra_main(overrides, _flag_args(flags), multirun=False)
         return
-    cells = preflight(overrides, multirun)
-    if "--cfg" in flags or "-c" in flags:
+    printing = "--cfg" in flags or "-c" in flags  # nothing runs: no hardware needed
+    cells = preflight(overrides, multirun, hardware=not printing)
+    if printing:
         print_cfg(cells, flags)
         return
     if not multirun:
