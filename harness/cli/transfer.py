@@ -69,7 +69,7 @@ def cmd_export(args: argparse.Namespace) -> None:
         raise BoardError(f"--experiment {args.experiment!r} at {uri} has no FINISHED training "
                          "runs to export")
     out = Path(args.out)
-    if out.parent and not out.parent.is_dir():
+    if not out.parent.is_dir():
         raise BoardError(f"--out {args.out}: the folder {out.parent} does not exist")
     export_runs(client, train, out)
     print(f"exported {len(train)} FINISHED training run(s) of {args.experiment!r} to {out}")
