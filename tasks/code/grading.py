@@ -112,18 +112,20 @@ def split_asserts_counted(source: str, func: str = "check") -> tuple[list[str], 
     # tree once per assert was quadratic (a LeetCode test of 100 asserts beside a large data
     # literal took seconds to split). A marker is a bare name, alone on its line, so it cannot
     # read as a docstring; the result is what unparsing the tree without the other asserts gives.
-    marks = {i: f"__rlbench_unit_{i}__" for i in asserts}
+    marks = {f"__rlbench_unit_{i}__": i for i in asserts}
     body = holder.body
-    holder.body = [ast.Expr(ast.Name(marks[i])) if i in marks else s for i, s in enumerate(body)]
+    holder.body = [ast.Expr(ast.Name(f"__rlbench_unit_{i}__")) if i in asserts else s
+                   for i, s in enumerate(body)]
     lines = ast.unparse(tree).split("\n")
     holder.body = body
-    at = {ln.strip(): n for n, ln in enumerate(lines) if ln.strip() in marks.values()}
+    line_of = {marks[ln.strip()]: n for n, ln in enumerate(lines) if ln.strip() in marks}
+    marker_lines = set(line_of.values())
     units = []
     for keep in idx:
-        spliced = [ln.replace(marks[keep], ast.unparse(body[keep])) if n == at[marks[keep]]
-                   else ln for n, ln in enumerate(lines)]
-        units.append("\n".join(ln for n, ln in enumerate(spliced)
-                               if n not in at.values() or n == at[marks[keep]]))
+        at = line_of[keep]
+        own = lines[at].replace(f"__rlbench_unit_{keep}__", ast.unparse(body[keep]))
+        units.append("\n".join(own if n == at else ln for n, ln in enumerate(lines)
+                               if n == at or n not in marker_lines))
     return units, dropped
 
 
