@@ -8,6 +8,7 @@ cheap.
 
 from __future__ import annotations
 
+import importlib.util
 import subprocess
 import sys
 from pathlib import Path
@@ -241,3 +242,15 @@ def build_qwen_vl(path: Path) -> str:
     transformers.Qwen2_5_VLForConditionalGeneration(config).save_pretrained(path)
     save_tokenizer(tok, path)
     return str(path)
+
+
+def load_benchmark(name: str):
+    """``benchmarks/<name>.py`` as a module (benchmarks/ is not a package), once per process:
+    registered in ``sys.modules`` first, where dataclasses look their module up."""
+    if name in sys.modules:
+        return sys.modules[name]
+    spec = importlib.util.spec_from_file_location(name, ROOT / "benchmarks" / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return module

@@ -3,7 +3,6 @@ validation split the learning-rate protocol tunes on, and the named sweeps behin
 
 from __future__ import annotations
 
-import importlib.util
 from pathlib import Path
 
 import pytest
@@ -16,7 +15,7 @@ from harness.config import validate_config
 from harness.registry import TASKS
 from harness.sweeper import is_compatible_sweeper
 from harness.typed_config import build
-from tests.helpers import FAST_PRETRAIN, make_config
+from tests.helpers import FAST_PRETRAIN, load_benchmark, make_config
 
 ROOT = Path(__file__).resolve().parents[2]
 SWEEPS = sorted((ROOT / "conf" / "sweep").glob("*.yaml"))
@@ -64,14 +63,6 @@ def test_offpolicy_recipe_takes_several_optimizer_steps_over_whole_groups():
     assert default.trainer.mini_batch_size == 0 and default.trainer.epochs == 1
 
 
-def _probe_module():
-    path = ROOT / "benchmarks" / "gradient_directions.py"
-    spec = importlib.util.spec_from_file_location("gradient_directions", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 @pytest.mark.slow
 @pytest.mark.parametrize("recipe", ["default", "offpolicy"])
 def test_lpo_rev_gradient_is_parallel_to_grpo_only_on_policy(model_cache, recipe):
@@ -84,7 +75,7 @@ def test_lpo_rev_gradient_is_parallel_to_grpo_only_on_policy(model_cache, recipe
         mixed[:, 0], mixed[:, 1] = 1.0, 0.0
         return mixed.flatten()
 
-    probe = _probe_module().probe
+    probe = load_benchmark("gradient_directions").probe
     out = probe([*FAST_PRETRAIN, f"model.cache_dir={model_cache}", f"trainer={recipe}",
                  "data.prompts_per_step=16", "backend.threads=1"], steps=1, seed=0,
                 algorithms=(("grpo", "grpo"), ("lpo_rev", "lpo_rev")),

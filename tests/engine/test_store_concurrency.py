@@ -13,30 +13,18 @@ so CI cannot pass by skipping it.
 
 from __future__ import annotations
 
-import importlib.util
 import os
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
+from tests.helpers import load_benchmark
+
 REPO = Path(__file__).resolve().parents[2]
 
 
-def _load_benchmark():
-    """benchmarks/ is not a package: load the script as a module (as test_arithmetic_floor)."""
-    name = "store_concurrency"
-    if name in sys.modules:
-        return sys.modules[name]
-    spec = importlib.util.spec_from_file_location(name, REPO / "benchmarks" / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-sc = _load_benchmark()
+sc = load_benchmark("store_concurrency")
 CELLS = 8
 # never beside the hostile sandbox suite on the other xdist worker (tests/conftest.py)
 pytestmark = pytest.mark.usefixtures("machine_to_itself")

@@ -3,25 +3,13 @@ through, with grouped-query attention's narrower k/v projections, counted from t
 
 from __future__ import annotations
 
-import importlib.util
-import sys
-from pathlib import Path
 from types import SimpleNamespace
 
-ROOT = Path(__file__).resolve().parents[2]
-
-
-def _floor_module():
-    spec = importlib.util.spec_from_file_location("arithmetic_floor",
-                                                  ROOT / "benchmarks" / "arithmetic_floor.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["arithmetic_floor"] = module  # dataclasses look their module up there
-    spec.loader.exec_module(module)
-    return module
+from tests.helpers import load_benchmark
 
 
 def test_linear_layers_of_the_tiny_model_and_of_a_gqa_model_are_counted_per_token():
-    shapes = _floor_module().linear_shapes
+    shapes = load_benchmark("arithmetic_floor").linear_shapes
     tiny = SimpleNamespace(hidden_size=128, num_attention_heads=4, num_key_value_heads=4,
                            intermediate_size=512, num_hidden_layers=3, vocab_size=100)
     per_layer = 128 * 128 * 4 + 128 * 512 * 3  # q, k, v, o; gate, up, down
