@@ -57,6 +57,11 @@ STALE_AFTER_S = 300.0
 TAG = "rlbench.claim."  # holder tags: host, boot, pid, pid_start, heartbeat, nonce, run_id
 
 
+def is_claim_experiment(name: str) -> bool:
+    """An experiment that holds a live cell's claim, not runs a user made (hidden from lists)."""
+    return name.startswith(f"{PREFIX}/")
+
+
 def _boot_id() -> str:
     """This machine's boot, and the pid namespace (two containers on one host see other pids)."""
     boot, ns = "", ""

@@ -49,6 +49,7 @@ def add_import_arguments(p: argparse.ArgumentParser) -> None:
 def cmd_export(args: argparse.Namespace) -> None:
     from mlflow.entities import ViewType
 
+    from harness.claims import is_claim_experiment
     from harness.report.provenance import export_runs
     from harness.tracking import open_client, resolve_tracking_uri
 
@@ -59,7 +60,8 @@ def cmd_export(args: argparse.Namespace) -> None:
     client = open_client(uri)
     exp = client.get_experiment_by_name(args.experiment)
     if exp is None or exp.lifecycle_stage != "active":
-        names = sorted(e.name for e in client.search_experiments(ViewType.ACTIVE_ONLY))
+        names = sorted(e.name for e in client.search_experiments(ViewType.ACTIVE_ONLY)
+                       if not is_claim_experiment(e.name))
         raise BoardError(f"--experiment {args.experiment!r}: no such experiment at {uri}; "
                          f"existing: {', '.join(map(repr, names)) or '(none)'}")
     runs = client.search_runs([exp.experiment_id], filter_string="attributes.status = 'FINISHED'",

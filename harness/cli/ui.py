@@ -36,14 +36,14 @@ def _experiment_id(uri: str, name: str) -> str | None:
     """The id of experiment ``name``, else of the most recently active experiment with runs."""
     from mlflow.tracking import MlflowClient
 
-    from harness.claims import PREFIX as CLAIM_PREFIX
+    from harness.claims import is_claim_experiment
 
     client = MlflowClient(tracking_uri=uri)
     exp = client.get_experiment_by_name(name)
     if exp is not None:
         return exp.experiment_id
     experiments = [e for e in client.search_experiments() if e.name != "Default"
-                   and not e.name.startswith(f"{CLAIM_PREFIX}/")]  # a live cell's claim
+                   and not is_claim_experiment(e.name)]
     return experiments[0].experiment_id if experiments else None
 
 

@@ -49,7 +49,7 @@ from pathlib import Path
 from mlflow.entities import ViewType
 from mlflow.tracking import MlflowClient
 
-from harness.claims import PREFIX as CLAIM_PREFIX
+from harness.claims import is_claim_experiment
 from harness.report.budget import History, fill_budget
 from harness.report.collect import Group, collect, distinguishing_keys
 from harness.report.config import REPO, BoardConfig, BoardError, load_config
@@ -209,7 +209,7 @@ def build_leaderboards(
     exp = client.get_experiment_by_name(experiment)
     if exp is None or exp.lifecycle_stage != "active":  # a deleted experiment is "unknown" too
         names = sorted(e.name for e in client.search_experiments(ViewType.ACTIVE_ONLY)
-                       if not e.name.startswith(f"{CLAIM_PREFIX}/"))  # a live cell's claim
+                       if not is_claim_experiment(e.name))
         raise BoardError(f"unknown MLflow experiment {experiment!r} at {shown_uri}; existing "
                          f"experiments: {', '.join(map(repr, names)) or '(none)'}")
     groups, n_other = collect(client, exp.experiment_id, cfg)
