@@ -254,3 +254,31 @@ def load_benchmark(name: str):
     sys.modules[name] = module
     spec.loader.exec_module(module)
     return module
+
+
+def make_batch(rewards, groups, lengths=None):
+    """Scored trajectories -> RolloutBatch; ``lengths`` are response lengths (default 3): the
+    batch the advantage estimators' and the bundles' unit tests score."""
+    from harness.batch import RolloutBatch
+    from harness.types import Score, Trajectory
+
+    lengths = lengths if lengths is not None else [3] * len(rewards)
+    trajs = [Trajectory(prompt_ids=[5, 6], response_ids=list(range(7, 7 + n)), group_id=g,
+                        score=Score(reward=float(r), correct=r > 0, parsed=True))
+             for r, g, n in zip(rewards, groups, lengths, strict=True)]
+    return RolloutBatch.from_trajectories(trajs, pad_id=0)
+
+
+def right_wrong_task():
+    """A task whose only correct response is the text ``right`` (rollout strategies' tests)."""
+    from harness.task import Task
+    from harness.types import Score
+
+    class RightWrongTask(Task):
+        name = "fake"
+
+        def verify(self, example, response: str) -> Score:
+            ok = response == "right"
+            return Score(reward=float(ok), correct=ok, parsed=True)
+
+    return RightWrongTask(None)

@@ -16,15 +16,7 @@ from harness.rollout import RolloutContext, RolloutEngine
 from harness.task import Task
 from harness.typed_config import ConfigError
 from harness.types import Example, SamplingParams, Score, Trajectory
-
-
-def make_batch(rewards, groups, lengths=None) -> RolloutBatch:
-    lengths = lengths if lengths is not None else [3] * len(rewards)
-    trajs = [Trajectory(prompt_ids=[5, 6], response_ids=list(range(7, 7 + n)), group_id=g,
-                        score=Score(reward=float(r), correct=r > 0, parsed=True))
-             for r, g, n in zip(rewards, groups, lengths)]
-    return RolloutBatch.from_trajectories(trajs, pad_id=0)
-
+from tests.helpers import make_batch
 
 # ---- GRPO ----------------------------------------------------------------------------------
 

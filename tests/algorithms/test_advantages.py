@@ -12,7 +12,7 @@ from harness.batch import RolloutBatch
 from harness.groups import group_max, group_mean, group_min, group_std
 from harness.registry import ADVANTAGES
 from harness.typed_config import ConfigError, build
-from harness.types import Score, Trajectory
+from tests.helpers import make_batch
 
 ESTIMATORS = {
     "grpo": {"name": "grpo"},
@@ -23,21 +23,6 @@ ESTIMATORS = {
     "reinforce_pp": {"name": "reinforce_pp"},
     "reinforce_pp_baseline": {"name": "reinforce_pp", "baseline": "group_mean"},
 }
-
-
-def make_batch(rewards, groups, lengths=None) -> RolloutBatch:
-    """Scored trajectories -> RolloutBatch; ``lengths`` are response lengths (default 3)."""
-    lengths = lengths if lengths is not None else [3] * len(rewards)
-    trajs = [
-        Trajectory(
-            prompt_ids=[5, 6],
-            response_ids=list(range(7, 7 + n)),
-            group_id=g,
-            score=Score(reward=float(r), correct=r > 0, parsed=True),
-        )
-        for r, g, n in zip(rewards, groups, lengths, strict=True)
-    ]
-    return RolloutBatch.from_trajectories(trajs, pad_id=0)
 
 
 def adv(name: str, batch: RolloutBatch, **knobs) -> torch.Tensor:

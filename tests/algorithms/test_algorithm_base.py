@@ -14,7 +14,8 @@ import algorithms  # noqa: F401  (registers the bundles and their parts)
 from harness.algorithm import Aggregator, build_algorithm, kl_penalty, overlong_penalty
 from harness.batch import RolloutBatch
 from harness.typed_config import ConfigError
-from harness.types import Score, Trajectory
+from harness.types import Trajectory
+from tests.helpers import make_batch
 
 PER_TOKEN = torch.tensor([[1.0, 2.0, 3.0], [4.0, 5.0, 0.0]])
 MASK = torch.tensor([[1.0, 1.0, 1.0], [1.0, 1.0, 0.0]])
@@ -121,14 +122,6 @@ def test_without_a_soft_zone_only_responses_reaching_l_max_are_punished():
 
 
 # ---- the bundle ----------------------------------------------------------------------------
-
-def make_batch(rewards, groups, lengths=None) -> RolloutBatch:
-    lengths = lengths if lengths is not None else [3] * len(rewards)
-    trajs = [Trajectory(prompt_ids=[5, 6], response_ids=list(range(7, 7 + n)), group_id=g,
-                        score=Score(reward=float(r), correct=r > 0, parsed=True))
-             for r, g, n in zip(rewards, groups, lengths)]
-    return RolloutBatch.from_trajectories(trajs, pad_id=0)
-
 
 def bundle(max_new_tokens=10, **node):
     return build_algorithm({"name": "grpo", **node}, max_new_tokens)

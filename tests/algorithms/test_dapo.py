@@ -17,9 +17,9 @@ from harness.batch import RolloutBatch
 from harness.engines import RolloutEngine
 from harness.registry import ROLLOUTS
 from harness.rollout import RolloutContext
-from harness.task import Task
 from harness.typed_config import ConfigError, build
 from harness.types import Example, SamplingParams, Score, Trajectory
+from tests.helpers import right_wrong_task
 
 N = 4  # samples per prompt
 CONF = Path(__file__).resolve().parents[2] / "conf" / "algorithm" / "dapo.yaml"
@@ -50,14 +50,6 @@ class FakeEngine(RolloutEngine):
         return out
 
 
-class FakeTask(Task):
-    name = "fake"
-
-    def verify(self, example: Example, response: str) -> Score:
-        ok = response == "right"
-        return Score(reward=float(ok), correct=ok, parsed=True)
-
-
 def example(i: int, pattern: str, lengths: list[int] | None = None) -> Example:
     """``pattern`` like "RWWR": R = right, W = wrong, one letter per sample."""
     lengths = lengths or [3] * len(pattern)
@@ -70,7 +62,7 @@ def context(examples: list[Example], prompts_per_step: int, shape=None, max_new_
     pool = iter(examples)
     ctx = RolloutContext(
         engine=FakeEngine(),
-        task=FakeTask(None),
+        task=right_wrong_task(),
         draw_prompts=lambda k: [next(pool) for _ in range(k)],
         prompts_per_step=prompts_per_step,
         sampling=SamplingParams(n=N, max_new_tokens=max_new_tokens),

@@ -20,10 +20,10 @@ from harness.batch import RolloutBatch
 from harness.engines import RolloutEngine
 from harness.registry import ROLLOUTS
 from harness.rollout import RolloutContext
-from harness.task import Task
 from harness.trainer import Trainer
 from harness.typed_config import ConfigError, build
-from harness.types import Example, SamplingParams, Score, Trajectory
+from harness.types import Example, SamplingParams, Trajectory
+from tests.helpers import right_wrong_task
 
 G = 8
 CONF = Path(__file__).resolve().parents[2] / "conf" / "algorithm" / "lope.yaml"
@@ -67,19 +67,12 @@ class FakeEngine(RolloutEngine):
         return out
 
 
-class FakeTask(Task):
-    name = "fake"
-
-    def verify(self, example: Example, response: str) -> Score:
-        ok = response == "right"
-        return Score(reward=float(ok), correct=ok, parsed=True)
-
-
 def run(naive: dict[int, int], perturbed: dict[int, int], seed: int = 0, **knobs):
     engine = FakeEngine(naive, perturbed)
     examples = [Example(id=str(i), prompt=str(i)) for i in sorted(naive)]
-    ctx = RolloutContext(engine=engine, task=FakeTask(None), draw_prompts=lambda k: examples[:k],
-                         prompts_per_step=len(examples), sampling=SamplingParams(n=G))
+    ctx = RolloutContext(engine=engine, task=right_wrong_task(),
+                         draw_prompts=lambda k: examples[:k], prompts_per_step=len(examples),
+                         sampling=SamplingParams(n=G))
     strategy = LopeResample(**{"word_min": 1, "word_max": 3, "separator": " ", **knobs})
     random.seed(seed)
     return strategy(ctx), ctx, engine
