@@ -282,3 +282,55 @@ def right_wrong_task():
             return Score(reward=float(ok), correct=ok, parsed=True)
 
     return RightWrongTask(None)
+
+
+# -- engine equivalence (the fast decode and shared-prefix paths change no number) ---------------
+def assert_same_trajectories(a, b) -> None:
+    """Two rollouts sampled the same ids, finishes and stop strings, with log-probs and
+    entropies within 1e-5."""
+    import torch
+
+    assert len(a) == len(b)
+    for x, y in zip(a, b, strict=True):
+        assert x.response_ids == y.response_ids
+        assert x.finish_reason == y.finish_reason
+        assert x.stop_string == y.stop_string
+        torch.testing.assert_close(x.logprobs, y.logprobs, atol=1e-5, rtol=0)
+        if x.entropy is not None or y.entropy is not None:
+            torch.testing.assert_close(x.entropy, y.entropy, atol=1e-5, rtol=0)
+
+
+def assert_engines_sample_alike(first, second, prompts, params, seed: int = 7) -> list:
+    """Both engines, from generators of the same seed, sample the same trajectories (and some
+    response is longer than one token, so decoding was exercised); returns the first's."""
+    import torch
+
+    a = first.generate(prompts, params, torch.Generator().manual_seed(seed))
+    b = second.generate(prompts, params, torch.Generator().manual_seed(seed))
+    assert_same_trajectories(a, b)
+    assert any(len(t.response_ids) > 1 for t in a)
+    return a
+
+
+def loss_and_grads(eng, batch):
+    """(log-probs, entropies, parameter gradients) of a loss with advantages of both signs
+    through ``eng.forward``: what a training path must reproduce."""
+    import torch
+
+    eng.model.zero_grad()
+    logp, ent = eng.forward(batch, 1.0, with_entropy=True)
+    weights = torch.linspace(-1.0, 1.0, len(batch))[:, None]  # advantages of both signs
+    (weights * logp * batch["response_mask"]).sum().backward()
+    return logp.detach(), ent.detach(), [p.grad.clone() for p in eng.model.parameters()]
+
+
+def save_tiny_vlm(path, arch) -> str:
+    """A freshly initialised tiny VLM (32-pixel images, seed 0) and its tokenizer saved at
+    ``path``; returns the path as a string."""
+    from harness.models.tiny import save_tokenizer
+    from harness.models.tiny_vlm import build_tiny_vlm, build_vlm_tokenizer
+
+    tok = build_vlm_tokenizer()
+    build_tiny_vlm(arch, tok, 32, seed=0).save_pretrained(path)
+    save_tokenizer(tok, path)
+    return str(path)

@@ -13,6 +13,9 @@ and the tiny VLM of :mod:`harness.models.tiny_vlm`): ``encode_prompt`` of an exa
 images returns a :class:`MultimodalPrompt` carrying its pixel inputs; the prefill takes them,
 each trajectory keeps the same tensors, and ``forward`` feeds them back from the batch's
 trajectories (:mod:`harness.models.multimodal`). Text-only prompts take the unchanged path.
+A VLM with the :class:`~harness.backends.kv_decode.ImagePromptLM` contract (the tiny VLM:
+``pixel_values`` only, 1-D positions) takes the text models' preallocated-cache decode and
+shared-prefix training forward; Qwen2.5-VL keeps the ``DynamicCache`` and whole-row forward.
 """
 
 from __future__ import annotations
@@ -26,7 +29,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from harness.backends.kv_decode import CachedDecoder, shared_prefix_logits
+from harness.backends.kv_decode import CachedDecoder, covers_inputs, shared_prefix_logits
 from harness.backends.kv_decode import supports as kv_supports
 from harness.batch import RolloutBatch
 from harness.engines import RolloutEngine, TrainEngine
@@ -225,10 +228,13 @@ class HFEngine(TrainEngine, RolloutEngine):
         # The n samples of a prompt share its prefill: run it once per prompt, then repeat the KV
         # cache n times (prefill is a third of the rollout on the tiny model otherwise).
         T = params.max_new_tokens
-        decoder = self._decoder if mm is None else None
+        decoder = self._decoder if covers_inputs(self.model, mm) else None
         if decoder is not None:  # preallocated cache (kv_decode.py): no growth by torch.cat
             kv = decoder.new_cache(U, P + (T if params.n == 1 else 0), max_position=P + T)
-            last = decoder.step(kv, ids, pos, attn)
+            # images enter through the prompt's embeddings only: a decoded token is never a
+            # placeholder (the model's constrain_logits pins it), so steps embed their ids
+            embeds = None if mm is None else self.model.embed_inputs(ids, mm["pixel_values"])
+            last = decoder.step(kv, ids, pos, attn, embeds)
             if params.n > 1:
                 kv = kv.repeat_interleave(params.n, extra=T)
         else:
@@ -369,8 +375,8 @@ class HFEngine(TrainEngine, RolloutEngine):
             mpos = mm_position_ids(model, ids, attn, mm)
             pos = pos if mpos is None else mpos
         logits = None
-        if mm is None and self.shared_prefix and kv_supports(model):
-            logits = shared_prefix_logits(model, ids, attn, pos, T)
+        if self.shared_prefix and kv_supports(model) and covers_inputs(model, mm):
+            logits = shared_prefix_logits(model, ids, attn, pos, T, mm)
         if logits is None:
             logits = model(input_ids=ids, attention_mask=attn, position_ids=pos,
                            logits_to_keep=T + 1, **(mm or {})).logits[:, :T]

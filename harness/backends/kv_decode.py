@@ -14,12 +14,18 @@ sampled ids, log-probs and entropies match the ``DynamicCache`` path within 1e-5
 (``tests/backends/test_kv_decode.py``).
 
 Covered: decoder-only Qwen2 / Llama / Qwen3 (q/k norms) text models with full attention and a
-rotary embedding that does not depend on the sequence length. Anything else (VLMs, sliding
-windows, dynamic RoPE) keeps the ``DynamicCache`` path (:func:`supports`).
+rotary embedding that does not depend on the sequence length, and VLMs with ordinary 1-D
+positions whose language model is one of those and whose prompt embeddings come from the
+:class:`ImagePromptLM` contract (the tiny VLM): the prefill takes the contract's embeddings (image
+placeholders replaced), the returned logits go through its ``constrain_logits``, and a call's
+only extra input is ``pixel_values`` (:func:`covers_inputs`). Anything else (Qwen2.5-VL's
+``image_grid_thw`` and 3-D RoPE, sliding windows, dynamic RoPE) keeps the ``DynamicCache`` path
+(:func:`supports`).
 
 Training reuses the rollout's idea: :func:`shared_prefix_logits` runs the prompt once per
 distinct prompt of a micro-batch (a GRPO group's n samples share it) and the responses over
 its keys and values, gathered per row, so autograd sums each prompt's gradient over its rows.
+With images, rows share a prompt only if their ids, attention mask and pixels are all equal.
 On the tiny Countdown step (13 prompt + 12 response columns, 8 samples per prompt) that halves
 the update's forward and backward; in float32 log-probs and gradients equal the whole-row
 forward's up to summation order (within 1e-5; ``tests/backends/test_shared_prefix.py``). Lower
@@ -28,7 +34,7 @@ precision keeps the whole-row forward (see the function).
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Protocol, runtime_checkable
 
 import torch
 import torch.nn.functional as F
@@ -36,10 +42,48 @@ import torch.nn.functional as F
 _TYPES = ("qwen2", "llama", "qwen3")
 
 
+@runtime_checkable
+class ImagePromptLM(Protocol):
+    """A decoder-only LM (``model.model`` a covered language model, 1-D positions) whose prompt
+    embeddings can carry image embeddings. ``pixel_values`` [n_images, ...] holds the images of
+    a call in placeholder order, each image filling the same number of placeholders; its
+    ``forward`` must equal the language model's over :meth:`embed_inputs`, with its logits
+    through :meth:`constrain_logits`, so the fast paths reproduce it from these alone."""
+
+    def image_mask(self, input_ids: torch.Tensor) -> torch.Tensor:
+        """True [B, L] where an image embedding replaces the token's."""
+        ...
+
+    def embed_inputs(self, input_ids: torch.Tensor,
+                     pixel_values: torch.Tensor | None = None) -> torch.Tensor:
+        """``inputs_embeds`` [B, L, hidden]: token embeddings, images at the placeholders."""
+        ...
+
+    def constrain_logits(self, logits: torch.Tensor) -> torch.Tensor:
+        """``logits`` [..., V] with the tokens never sampled (image placeholders) pinned."""
+        ...
+
+
+def _language_type(model: Any) -> str | None:
+    """The model type whose layers the decoder runs: the config's own, or for an
+    :class:`ImagePromptLM` the covered config it derives from (the tiny VLM's ``Qwen2Config``)."""
+    if isinstance(model, ImagePromptLM):
+        return next((c.model_type for c in type(model.config).__mro__
+                     if getattr(c, "model_type", None) in _TYPES), None)
+    return getattr(model.config, "model_type", None)
+
+
+def covers_inputs(model: Any, mm: dict[str, torch.Tensor] | None) -> bool:
+    """Whether the fast paths take a call's extra inputs ``mm``: none, or only the
+    ``pixel_values`` of an :class:`ImagePromptLM` (anything more, e.g. Qwen2.5-VL's
+    ``image_grid_thw`` with its 3-D positions, goes through the model's own forward)."""
+    return mm is None or (isinstance(model, ImagePromptLM) and set(mm) == {"pixel_values"})
+
+
 def supports(model: Any) -> bool:
     """Whether :class:`CachedDecoder` reproduces ``model``'s forward."""
     cfg = model.config
-    if getattr(cfg, "model_type", None) not in _TYPES:
+    if _language_type(model) not in _TYPES:
         return False
     if any(t != "full_attention" for t in (getattr(cfg, "layer_types", None) or [])):
         return False
@@ -51,28 +95,47 @@ def supports(model: Any) -> bool:
 
 
 def shared_prefix_logits(model: Any, ids: torch.Tensor, attn: torch.Tensor, pos: torch.Tensor,
-                         T: int) -> torch.Tensor | None:
+                         T: int, mm: dict[str, torch.Tensor] | None = None
+                         ) -> torch.Tensor | None:
     """Logits [B, T, V] predicting the last ``T`` columns of ``ids`` [B, L] from the positions
-    before them, as ``model(ids, ...).logits[:, -T-1:-1]`` but with the first ``L - T`` columns
-    (the prompt) run once per distinct prompt. ``None`` when no two rows share a prompt, the
-    model is not float32, checkpoints its activations (no cache then) or its cache does not
-    expose its layers: the caller then runs the whole rows. In bf16 the two paths round
+    before them, as ``model(ids, ..., **mm).logits[:, -T-1:-1]`` but with the first ``L - T``
+    columns (the prompt) run once per distinct prompt: equal ids, attention mask and, with
+    ``mm``, pixels. ``None`` when no two rows share a prompt, the model is not float32,
+    checkpoints its activations (no cache then) or its cache does not expose its layers, or
+    when ``mm`` is more than :func:`covers_inputs` takes or its rows do not all hold the same
+    number of images: the caller then runs the whole rows. In bf16 the two paths round
     differently (log-probs ~5e-4 apart), which would make a row's log-prob depend on whether
     its micro-batch holds a sibling, so low precision keeps the whole-row forward."""
-    P = ids.shape[1] - T
+    P, B = ids.shape[1] - T, ids.shape[0]
     if P < 1 or T < 1 or next(model.parameters()).dtype != torch.float32:
         return None
     if getattr(model, "is_gradient_checkpointing", False) and model.training:
         return None
-    prompts, inverse = torch.unique(torch.cat([ids[:, :P], attn[:, :P]], 1), dim=0,
-                                    return_inverse=True)
-    U, B = prompts.shape[0], ids.shape[0]
+    key, pixels = [ids[:, :P], attn[:, :P]], None
+    if mm is not None:
+        if not covers_inputs(model, mm):
+            return None
+        pixels, counts = mm["pixel_values"], model.image_mask(ids[:, :P]).sum(1)
+        # a row's images are its slice of pixel_values only when every row holds k of them
+        # (equal placeholder counts, each image the same number of placeholders)
+        if pixels.shape[0] == 0 or pixels.shape[0] % B or bool((counts != counts[0]).any()):
+            return None
+        pixels = pixels.reshape(B, pixels.shape[0] // B, *pixels.shape[1:])
+        # same ids with other pictures are another prompt: the images' identity joins the key
+        image_id = torch.unique(pixels.flatten(1), dim=0, return_inverse=True)[1]
+        key.append(image_id[:, None].to(ids.dtype))
+    prompts, inverse = torch.unique(torch.cat(key, 1), dim=0, return_inverse=True)
+    U = prompts.shape[0]
     if U == B:
         return None
     first = torch.full((U,), B, dtype=torch.long, device=ids.device).scatter_reduce_(
         0, inverse, torch.arange(B, device=ids.device), "amin")  # a row holding each prompt
-    out = model(input_ids=prompts[:, :P], attention_mask=prompts[:, P:],
-                position_ids=pos[first, :P], use_cache=True, logits_to_keep=1)
+    prompt = {"attention_mask": attn[first, :P], "position_ids": pos[first, :P]}
+    if pixels is None:
+        prompt["input_ids"] = ids[first, :P]
+    else:
+        prompt["inputs_embeds"] = model.embed_inputs(ids[first, :P], pixels[first].flatten(0, 1))
+    out = model(**prompt, use_cache=True, logits_to_keep=1)
     cache = out.past_key_values
     if not hasattr(cache, "layers"):
         return None
@@ -138,6 +201,8 @@ class CachedDecoder:
     def __init__(self, model: Any) -> None:
         self.model = model
         self.inner = model.model
+        # the model's own logit constraint (a VLM's pinned placeholder), applied to every step
+        self.constrain = model.constrain_logits if isinstance(model, ImagePromptLM) else None
         cfg = model.config
         self.heads = cfg.num_attention_heads
         self.kv_heads = getattr(cfg, "num_key_value_heads", None) or self.heads
@@ -163,9 +228,12 @@ class CachedDecoder:
         return cache
 
     def step(self, cache: KVCache, ids: torch.Tensor, pos: torch.Tensor,
-             valid: torch.Tensor | None = None) -> torch.Tensor:
+             valid: torch.Tensor | None = None, embeds: torch.Tensor | None = None
+             ) -> torch.Tensor:
         """Feed ``ids`` [B, t] at rotary positions ``pos`` [B, t]; ``valid`` [B, t] marks the real
-        (non-padding) tokens (default: all). Returns the logits of the last column."""
+        (non-padding) tokens (default: all); ``embeds`` [B, t, hidden], when given, replaces the
+        ids' embeddings (a VLM prompt's, from ``embed_inputs``). Returns the logits of the last
+        column, through the model's ``constrain_logits`` where it has one."""
         t = ids.shape[1]
         start, end = cache.length, cache.length + t
         if end > cache.max_len:
@@ -175,7 +243,7 @@ class CachedDecoder:
         else:
             cache.bias[:, 0, 0, start:end] = torch.where(
                 valid.bool(), 0.0, torch.finfo(cache.bias.dtype).min)
-        x = self.inner.embed_tokens(ids)
+        x = self.inner.embed_tokens(ids) if embeds is None else embeds
         cos, sin = cache.cos[pos][:, None], cache.sin[pos][:, None]  # [B, 1, t, D]
         mask = cache.bias[..., :end]
         if t > 1:  # causal within the new columns
@@ -191,7 +259,8 @@ class CachedDecoder:
             x = x + layer.mlp.down_proj(layer.mlp.act_fn(gate) * up)
         x = self.inner.norm(x[:, -1])
         cache.length = end
-        return self.model.lm_head(x)
+        logits = self.model.lm_head(x)
+        return logits if self.constrain is None else self.constrain(logits)
 
     def _attention(self, attn: Any, qkv: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
                    mask: torch.Tensor, cache: KVCache, layer: int, start: int, end: int

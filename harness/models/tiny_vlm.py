@@ -17,7 +17,10 @@ Architecture (transformers style, so the engine and trainer serve it exactly as 
   Qwen2.5-VL does); a call whose ids hold no placeholder (a decode step) ignores the pixels.
   The ``<image>`` logit is pinned to :data:`NEVER_LOGIT`, so the policy can never sample a
   placeholder into a response (which the training forward would then try to fill with
-  pixels); rollout and training see the same constrained distribution.
+  pixels); rollout and training see the same constrained distribution. Both steps are the
+  methods of :class:`harness.backends.kv_decode.ImagePromptLM` (``image_mask``,
+  ``embed_inputs``, ``constrain_logits``), which ``forward`` itself uses: with them the model
+  takes the text models' preallocated-cache decode and shared-prefix training forward.
 * Prompts: ``num_image_tokens`` ``<image>`` tokens per image, then the prompt text in the
   character tokenizer (:func:`encode_prompt`); pixels are ink, 1 - RGB / 255
   (:func:`pixels_of`).
@@ -124,30 +127,47 @@ class TinyVLMForCausalLM(Qwen2ForCausalLM):
         self.post_init()
         self.vision.reset_parameters()  # after post_init's N(0, 0.02) pass over every Linear
 
+    # -- the image-prompt contract (harness.backends.kv_decode.ImagePromptLM): the fast decode
+    # and shared-prefix training paths build the prompt embeddings and constrain the logits
+    # through these, as ``forward`` does, so the three paths cannot drift apart
+    def image_mask(self, input_ids: torch.Tensor) -> torch.Tensor:
+        """True at the ``<image>`` placeholders, the positions patch embeddings replace."""
+        return input_ids == self.config.image_token_id
+
+    def embed_inputs(self, input_ids: torch.Tensor,
+                     pixel_values: torch.Tensor | None = None) -> torch.Tensor:
+        """Token embeddings [B, L, hidden] of ``input_ids`` with the placeholders replaced, in
+        order, by the patch embeddings of ``pixel_values`` [n_images, 3, S, S]; ids without a
+        placeholder (a decode step) ignore the pixels."""
+        embeds = self.get_input_embeddings()(input_ids)
+        mask = self.image_mask(input_ids)
+        if pixel_values is None or not bool(mask.any()):
+            return embeds
+        feats = self.vision(pixel_values.to(embeds.dtype))
+        feats = feats.reshape(-1, feats.shape[-1])
+        if int(mask.sum()) != feats.shape[0]:
+            raise ValueError(f"{int(mask.sum())} <image> tokens but {feats.shape[0]} "
+                             "patch embeddings")
+        return embeds.masked_scatter(mask[..., None], feats)
+
+    def constrain_logits(self, logits: torch.Tensor) -> torch.Tensor:
+        """``logits`` [..., V] with the ``<image>`` logit pinned to :data:`NEVER_LOGIT` (the
+        placeholder is never a next token, see the module doc)."""
+        index = torch.tensor([self.config.image_token_id], device=logits.device)
+        return logits.index_fill(-1, index, NEVER_LOGIT)
+
     def forward(self, input_ids: torch.Tensor | None = None,
                 pixel_values: torch.Tensor | None = None,
                 inputs_embeds: torch.Tensor | None = None, **kwargs: Any) -> Any:
-        """Qwen2's forward with the ``<image>`` placeholder embeddings replaced by patch
-        embeddings of ``pixel_values`` (images in placeholder order)."""
+        """Qwen2's forward over :meth:`embed_inputs` (the ``<image>`` placeholders hold the
+        patch embeddings of ``pixel_values``, images in placeholder order), logits through
+        :meth:`constrain_logits`. Given ``inputs_embeds`` are taken as they are."""
         if inputs_embeds is None:
-            inputs_embeds = self.get_input_embeddings()(input_ids)
-        if pixel_values is not None and input_ids is not None:
-            mask = input_ids == self.config.image_token_id
-            if bool(mask.any()):
-                feats = self.vision(pixel_values.to(inputs_embeds.dtype))
-                feats = feats.reshape(-1, feats.shape[-1])
-                if int(mask.sum()) != feats.shape[0]:
-                    raise ValueError(f"{int(mask.sum())} <image> tokens but {feats.shape[0]} "
-                                     "patch embeddings")
-                inputs_embeds = inputs_embeds.masked_scatter(mask[..., None], feats)
+            inputs_embeds = self.embed_inputs(input_ids, pixel_values)
         out = super().forward(input_ids=None, inputs_embeds=inputs_embeds, **kwargs)
-        if out.logits is not None:  # the placeholder is never a next token (see module doc)
-            out.logits = out.logits.index_fill(-1, self._image_index(out.logits.device),
-                                               NEVER_LOGIT)
+        if out.logits is not None:
+            out.logits = self.constrain_logits(out.logits)
         return out
-
-    def _image_index(self, device: torch.device) -> torch.Tensor:
-        return torch.tensor([self.config.image_token_id], device=device)
 
 
 AutoConfig.register(MODEL_TYPE, TinyVLMConfig, exist_ok=True)

@@ -15,6 +15,8 @@ from harness.config import BackendConfig, OptimConfig
 from harness.multiturn import generate_multiturn
 from harness.tools import ToolEnv
 from harness.types import Example, SamplingParams
+from tests.helpers import assert_engines_sample_alike
+from tests.helpers import assert_same_trajectories as assert_same
 
 
 def engine(path: str, kv_cache: str, seed: int = 0) -> HFEngine:
@@ -27,17 +29,6 @@ def pair(path: str) -> tuple[HFEngine, HFEngine]:
     static, dynamic = engine(path, "static"), engine(path, "dynamic")
     assert static._decoder is not None and dynamic._decoder is None
     return static, dynamic
-
-
-def assert_same(a, b) -> None:
-    assert len(a) == len(b)
-    for x, y in zip(a, b, strict=True):
-        assert x.response_ids == y.response_ids
-        assert x.finish_reason == y.finish_reason
-        assert x.stop_string == y.stop_string
-        torch.testing.assert_close(x.logprobs, y.logprobs, atol=1e-5, rtol=0)
-        if x.entropy is not None or y.entropy is not None:
-            torch.testing.assert_close(x.entropy, y.entropy, atol=1e-5, rtol=0)
 
 
 def test_tiny_model_takes_the_preallocated_path(tiny_model_path):
@@ -77,10 +68,7 @@ def test_static_cache_samples_what_the_dynamic_cache_samples(tiny_model_path, n,
     prompts = [static.tokenizer.encode(p, add_special_tokens=False) for p in texts]
     params = SamplingParams(n=n, temperature=0.9, top_p=top_p, top_k=top_k, max_new_tokens=16,
                             entropy=True)
-    a = static.generate(prompts, params, torch.Generator().manual_seed(7))
-    b = dynamic.generate(prompts, params, torch.Generator().manual_seed(7))
-    assert_same(a, b)
-    assert any(len(t.response_ids) > 1 for t in a)
+    assert_engines_sample_alike(static, dynamic, prompts, params)
 
 
 def test_stop_strings_and_topk_entropy_match(tiny_model_path):

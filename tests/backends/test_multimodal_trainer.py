@@ -1,6 +1,11 @@
 """A real Trainer step on task=geometry3k_tiny model=tiny_vlm: the pixels every training
 forward of the step receives (old log-probs recomputed, then the loss) are, row for row, the
-pixels the rollout prefilled that row with; and a short run logs both eval sets."""
+pixels the rollout prefilled that row with; and a short run logs both eval sets.
+
+Pixels are observed where every path feeds them to the model, ``embed_inputs``. The row-for-row
+check is of the whole-row training forward (``backend.shared_prefix=false``): the shared-prefix
+forward embeds one image set per distinct prompt and is pinned to the whole-row forward's
+numbers in tests/backends/test_vlm_fast_path.py."""
 
 from __future__ import annotations
 
@@ -20,19 +25,20 @@ TINY = ["task=geometry3k_tiny", "model=tiny_vlm", "task.tiny.train_size=64",
 
 def test_trainer_step_trains_on_exactly_the_rollout_pixels(tmp_path, model_cache):
     cfg = make_config(tmp_path, model_cache, *TINY, "trainer.old_logprobs=recompute",
-                      "trainer.micro_batch_size=5", "tracking.enabled=false")
+                      "trainer.micro_batch_size=5", "tracking.enabled=false",
+                      "backend.shared_prefix=false")
     trainer = Trainer(cfg)
     trainer.setup()
     eng = trainer.engine
-    pixels_seen: list[torch.Tensor] = []  # what the model itself receives, call by call
-    inner_model = eng.model.forward
+    pixels_seen: list[torch.Tensor] = []  # what the model itself embeds, call by call
+    inner_embed = eng.model.embed_inputs
 
-    def model_spy(*args, **kwargs):
-        if kwargs.get("pixel_values") is not None:
-            pixels_seen.append(kwargs["pixel_values"].cpu())
-        return inner_model(*args, **kwargs)
+    def embed_spy(input_ids, pixel_values=None):
+        if pixel_values is not None:
+            pixels_seen.append(pixel_values.cpu())
+        return inner_embed(input_ids, pixel_values)
 
-    eng.model.forward = model_spy
+    eng.model.embed_inputs = embed_spy
     prompts, forwards = [], []
     inner_generate, inner_forward = eng.generate, eng.forward
 
@@ -45,7 +51,7 @@ def test_trainer_step_trains_on_exactly_the_rollout_pixels(tmp_path, model_cache
 
     def forward_spy(mb, *args, **kw):
         out = inner_forward(mb, *args, **kw)
-        (seen,) = pixels_seen  # one model call per training forward, with pixels
+        (seen,) = pixels_seen  # one embedding per training forward, with pixels
         pixels_seen.clear()
         forwards.append((mb, seen))
         return out

@@ -16,6 +16,7 @@ from harness.backends.kv_decode import CachedDecoder, shared_prefix_logits
 from harness.batch import RolloutBatch
 from harness.config import BackendConfig, OptimConfig
 from harness.types import SamplingParams
+from tests.helpers import loss_and_grads
 
 TEXTS = ("3 6 7=15:", "1 2=3:", "10 2 5 9=27:")
 
@@ -43,15 +44,6 @@ def group_batch(eng: HFEngine, n: int = 4) -> RolloutBatch:
     batch = RolloutBatch.from_trajectories(trajs, eng.pad_token_id)
     assert len({len(t.response_ids) for t in trajs}) > 1  # right padding is exercised
     return batch.select(torch.randperm(len(batch), generator=torch.Generator().manual_seed(2)))
-
-
-def loss_and_grads(eng: HFEngine, batch: RolloutBatch) -> tuple[torch.Tensor, torch.Tensor,
-                                                                  list[torch.Tensor]]:
-    eng.model.zero_grad()
-    logp, ent = eng.forward(batch, 1.0, with_entropy=True)
-    weights = torch.linspace(-1.0, 1.0, len(batch))[:, None]  # advantages of both signs
-    (weights * logp * batch["response_mask"]).sum().backward()
-    return logp.detach(), ent.detach(), [p.grad.clone() for p in eng.model.parameters()]
 
 
 def test_shared_prefix_forward_gives_the_whole_row_logprobs_and_gradients(tiny_model_path,
@@ -106,9 +98,9 @@ def test_finished_rows_leave_the_decode_batch_and_no_sample_changes(tiny_model_p
     sizes = []
     real_step = CachedDecoder.step
 
-    def spy(self, cache, ids, pos, valid=None):
+    def spy(self, cache, ids, *args, **kwargs):
         sizes.append(ids.shape[0])
-        return real_step(self, cache, ids, pos, valid)
+        return real_step(self, cache, ids, *args, **kwargs)
 
     monkeypatch.setattr(CachedDecoder, "step", spy)
     prompts = [static.tokenizer.encode(p, add_special_tokens=False) for p in TEXTS]

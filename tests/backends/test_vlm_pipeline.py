@@ -2,6 +2,9 @@
 
 The pixel-identity guarantee: the pixel inputs every training forward receives for a row are
 exactly (same values, same tensor objects) those the rollout engine prefilled that row with.
+Pixels are observed where every path feeds them to the model, ``embed_inputs``; the row-for-row
+check of training is of the whole-row forward, to which tests/backends/test_vlm_fast_path.py pins
+the shared-prefix forward (one image set per distinct prompt).
 """
 
 import dataclasses
@@ -13,7 +16,7 @@ from omegaconf import OmegaConf
 from harness.backends.hf import HFEngine
 from harness.batch import RolloutBatch
 from harness.config import BackendConfig, OptimConfig, TinyArchConfig
-from harness.models.tiny import load_tokenizer, save_tokenizer
+from harness.models.tiny import load_tokenizer
 from harness.models.tiny_vlm import (
     TinyVLMForCausalLM,
     build_tiny_vlm,
@@ -22,6 +25,7 @@ from harness.models.tiny_vlm import (
 )
 from harness.types import Example, MultimodalPrompt, SamplingParams
 from tasks.geometry3k.generated import generate
+from tests.helpers import save_tiny_vlm
 
 ARCH = TinyArchConfig(hidden_size=64, num_layers=2, num_heads=4, num_kv_heads=4,
                       intermediate_size=128)
@@ -29,11 +33,7 @@ ARCH = TinyArchConfig(hidden_size=64, num_layers=2, num_heads=4, num_kv_heads=4,
 
 @pytest.fixture(scope="module")
 def vlm_path(tmp_path_factory):
-    path = tmp_path_factory.mktemp("tiny_vlm")
-    tok = build_vlm_tokenizer()
-    build_tiny_vlm(ARCH, tok, 32, seed=0).save_pretrained(path)
-    save_tokenizer(tok, path)
-    return str(path)
+    return save_tiny_vlm(tmp_path_factory.mktemp("tiny_vlm"), ARCH)
 
 
 def engine(path: str, seed: int = 0) -> HFEngine:
@@ -42,17 +42,18 @@ def engine(path: str, seed: int = 0) -> HFEngine:
 
 
 class Recorder:
-    """Wraps ``model.forward`` and records the ``pixel_values`` of every call that has them."""
+    """Wraps ``model.embed_inputs`` (the prefill, decode and training paths all embed images
+    through it) and records the ``pixel_values`` of every call that has them."""
 
     def __init__(self, model: torch.nn.Module) -> None:
         self.calls: list[torch.Tensor] = []
-        self.inner = model.forward
-        model.forward = self
+        self.inner = model.embed_inputs
+        model.embed_inputs = self
 
-    def __call__(self, *args, **kwargs):
-        if kwargs.get("pixel_values") is not None:
-            self.calls.append(kwargs["pixel_values"])
-        return self.inner(*args, **kwargs)
+    def __call__(self, input_ids, pixel_values=None):
+        if pixel_values is not None:
+            self.calls.append(pixel_values)
+        return self.inner(input_ids, pixel_values)
 
 
 def test_tiny_vlm_round_trips_through_save_and_from_pretrained(vlm_path):
@@ -109,7 +110,9 @@ def test_training_forwards_receive_exactly_the_rollout_pixels(vlm_path):
         assert t.mm_inputs is prompts[i // n].mm_inputs
         assert torch.equal(t.mm_inputs["pixel_values"], per_prompt[i // n])
     batch = RolloutBatch.from_trajectories(trajs, eng.pad_token_id)
-    # old log-probs (Trainer.old_logprobs' recompute) and a shuffled, split loss pass
+    # old log-probs (Trainer.old_logprobs' recompute) and a shuffled, split loss pass, through
+    # the whole-row forward (one image per row)
+    eng.shared_prefix = False
     rec.calls.clear()
     eng.logprobs(batch, temperature=1.0, micro_batch_size=5)
     order = torch.randperm(len(batch), generator=torch.Generator().manual_seed(0))
