@@ -5,7 +5,8 @@ wrong type, an unknown option or an inconsistent combination exits 2 with one li
 (and, for a sweep, the cell) before any run directory exists. ``--cfg job|hydra|all`` prints the
 composed config of the run, or of every cell of a sweep, without running anything. A sweep logs
 ``k/N cells done`` with an ETA after each cell, from every launcher process, and a summary at the
-end.
+end. SIGTERM or SIGINT sent to the sweep's process alone reaches its cells too
+(:func:`_stop_cells_with_the_sweep`).
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import json
 import logging
 import os
 import shutil
+import signal
 import sys
 import tempfile
 import time
@@ -33,6 +35,7 @@ OPTIONAL_VALUE_FLAGS = {"--info", "-i"}
 CELLS_ENV = "RLBENCH_SWEEP_CELLS"      # N, the number of cells of the running sweep
 MARKERS_ENV = "RLBENCH_SWEEP_MARKERS"  # a directory where each finished cell leaves a marker
 START_ENV = "RLBENCH_SWEEP_START"      # the sweep's start (epoch seconds), for the ETA
+SWEEP_PID_ENV = "RLBENCH_SWEEP_PID"    # the sweep's own process (its workers are others)
 
 
 def split_flags(args: list[str]) -> tuple[dict[str, str | None], list[str]]:
@@ -276,7 +279,7 @@ def _train_job(cfg: Any) -> Any:
     run_dir = Path(hydra_cfg.runtime.output_dir)
     multirun = hydra_cfg.mode == RunMode.MULTIRUN
     trainer = None
-    outcome = "failed"
+    outcome, stopped = "failed", 0  # stopped: the exit status of a signal that stopped it
     try:
         parts = _BUILT.pop(tuple(hydra_cfg.overrides.task), None)
         trainer = guarded(Trainer, cfg, run_dir, parts)
@@ -286,6 +289,8 @@ def _train_job(cfg: Any) -> Any:
         return summary
     except SystemExit as exc:
         outcome = "bad_input" if exc.code == 2 else "failed"
+        if exc.code in (128 + signal.SIGTERM, 128 + signal.SIGINT):
+            stopped = int(exc.code)
         raise
     finally:
         if multirun:
@@ -297,6 +302,12 @@ def _train_job(cfg: Any) -> Any:
             shutil.rmtree(run_dir, ignore_errors=True)
             with contextlib.suppress(OSError):  # and no empty outputs/ either
                 run_dir.parent.rmdir()
+        if multirun and stopped and os.getpid() != int(os.environ.get(SWEEP_PID_ENV, -1)):
+            # a worker process whose cell the sweep's signal stopped (its run is KILLED, its
+            # checkpoint written) ends here: otherwise it idles on, holding the sweep's output
+            # pipe, until its pool notices the parent is gone
+            sys.stderr.flush()
+            os._exit(stopped)
 
 
 def _prepare_tracking(cells: list[list[str]]) -> Any:
@@ -332,10 +343,11 @@ def run(command: str, args: list[str]) -> None:
     cfg = _prepare_tracking(cells)
     markers = tempfile.mkdtemp(prefix="rlbench-sweep-")
     os.environ.update({CELLS_ENV: str(len(cells)), MARKERS_ENV: markers,
-                       START_ENV: str(time.time())})
+                       START_ENV: str(time.time()), SWEEP_PID_ENV: str(os.getpid())})
     logging.basicConfig(level=logging.INFO, format="[%(asctime)s] %(message)s",
                         datefmt="%H:%M:%S", stream=sys.stderr)
     log.info("sweep: %d cells", len(cells))
+    _stop_cells_with_the_sweep()
     try:
         _hydra_main(overrides, _flag_args(flags), multirun=True)
     finally:
@@ -354,6 +366,37 @@ def run(command: str, args: list[str]) -> None:
                          f"{cfg.tracking.experiment!r}); leaderboards: rlbench board "
                          f"--experiment {cfg.tracking.experiment}; browse: rlbench ui")
         print("\n".join(lines), file=sys.stderr, flush=True)
+
+
+def _children(pid: int) -> list[int]:
+    """The live child processes of ``pid`` (Linux /proc; empty elsewhere)."""
+    out = []
+    for entry in Path("/proc").glob("[0-9]*/stat"):
+        with contextlib.suppress(OSError, ValueError, IndexError):
+            # pid (comm) state ppid ...: comm may hold spaces and parentheses
+            if int(entry.read_text().rpartition(")")[2].split()[1]) == pid:
+                out.append(int(entry.parent.name))
+    return out
+
+
+def _stop_cells_with_the_sweep() -> None:
+    """Forward SIGTERM/SIGINT from the sweep's process to its children, then end it as the
+    signal would. Joblib's loky workers run the cells in child processes: a ``kill <pid>`` of
+    the sweep (or a scheduler stopping it) reaches the parent alone, and the orphaned workers
+    trained on, unseen, into the next sweep's time and store. Forwarded, each cell stops at a
+    step boundary as a run does (a checkpoint, its MLflow run marked KILLED:
+    harness/run_status.py) and a rerun of the sweep resumes it. A cell running in this process
+    (the basic launcher) has the loop's own handler in place while it trains."""
+    def forward(signum: int, _frame: Any) -> None:
+        for child in _children(os.getpid()):
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(child, signum)
+        signal.signal(signum, signal.SIG_DFL)
+        os.kill(os.getpid(), signum)
+
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        with contextlib.suppress(ValueError):  # not the main thread: leave signals alone
+            signal.signal(sig, forward)
 
 
 def _flag_args(flags: dict[str, str | None]) -> list[str]:

@@ -4,9 +4,12 @@ tests/conftest.py)."""
 
 from __future__ import annotations
 
+import contextlib
+import os
 import signal
 import subprocess
 import time
+from pathlib import Path
 
 import pytest
 from mlflow.tracking import MlflowClient
@@ -73,3 +76,46 @@ def test_sigterm_marks_the_run_killed_and_leaves_a_checkpoint(tmp_path, cli_env)
     latest = tmp_path / "out" / "checkpoints" / "latest"
     ckpt = latest.parent / latest.read_text().strip()
     assert (ckpt / "trainer_state.json").exists() and (ckpt / "model.safetensors").exists()
+
+
+@pytest.mark.slow
+def test_sigterm_to_a_joblib_sweep_stops_its_cells_and_marks_them_killed(tmp_path, cli_env):
+    """`kill <pid>` of a sweep reaches its process alone; the cells train in joblib's worker
+    processes, which before the fix trained on as orphans. Both cells must stop at a step
+    boundary, their runs KILLED with a checkpoint, and no worker may outlive the sweep."""
+    from harness.cli.hydra_app import _children
+
+    proc = subprocess.Popen(
+        [*RLBENCH, "sweep", *QUIET_RUN, "seed=0,1", "trainer.steps=100000",
+         "trainer.eval_every=0", "trainer.checkpoint_every=0", "trainer.status_every=1",
+         "hydra/launcher=joblib", "hydra.launcher.n_jobs=2",
+         f"hydra.sweep.dir={tmp_path / 'multirun'}"],
+        env=cli_env, cwd=tmp_path, stderr=subprocess.PIPE, text=True,
+    )
+    deadline, training = time.time() + 240, set()
+    for line in proc.stderr:  # wait until both cells are under way
+        if " step 2/" in line:
+            training.add(line.split("]")[1])
+        if len(training) == 2 or time.time() > deadline:
+            break
+    assert len(training) == 2, "both cells should be training"
+    workers = _children(proc.pid)
+    assert workers
+    proc.send_signal(signal.SIGTERM)
+    try:
+        proc.communicate(timeout=120)  # EOF once every writer of the pipe (the workers) is gone
+    finally:
+        for pid in [*workers, proc.pid]:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+    assert proc.returncode == -signal.SIGTERM  # ended by the signal, as before the fix
+    deadline = time.time() + 30
+    while any(Path(f"/proc/{pid}").exists() for pid in workers) and time.time() < deadline:
+        time.sleep(0.5)
+    assert not any(Path(f"/proc/{pid}").exists() for pid in workers)
+    client = MlflowClient(cli_env["MLFLOW_TRACKING_URI"])
+    runs = client.search_runs([client.get_experiment_by_name("rlbench").experiment_id])
+    assert sorted(r.info.status for r in runs) == ["KILLED", "KILLED"]
+    for run in runs:
+        latest = Path(run.data.tags["rlbench.output_dir"]) / "checkpoints" / "latest"
+        assert (latest.parent / latest.read_text().strip() / "trainer_state.json").exists()
