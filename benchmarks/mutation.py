@@ -119,7 +119,8 @@ MODULES: dict[str, tuple[list[str], list[str], list[str]]] = {
         ["test_claims.py"], ["test_cell_plan.py"], []),
     # the KV-cache decode path
     "harness/backends/kv_decode.py": (
-        ["test_kv_decode.py", "test_shared_prefix.py"], ["test_shared_prefix_config.py"], []),
+        ["test_kv_decode.py", "test_shared_prefix.py", "test_vlm_fast_path.py"],
+        ["test_shared_prefix_config.py"], []),
     # compatibility rules
     "harness/compat.py": (
         ["test_compat.py"], ["test_compat_rules.py"], []),

@@ -1,12 +1,15 @@
-"""The off-policy testbed in its two phases (conf/sweep/testbed_offpolicy_tuning.yaml, then
-conf/sweep/testbed_offpolicy.yaml), into one MLflow experiment:
+"""The off-policy testbed in its phases (conf/sweep/testbed_offpolicy_tuning.yaml, then
+conf/sweep/testbed_offpolicy.yaml, then its controls), into one MLflow experiment:
 
 1. tuning: every row at each learning rate of the grid on the tuning seeds;
 2. reported: every row on the reported seeds at the rate its tuning seeds chose — the board's own
    choice (harness/report/collect.py with conf/board/offpolicy_tuned.yaml), one multirun per
-   chosen rate.
+   chosen rate;
+3. controls (docs/analysis.md, Controls): GRPO at a tenth of its chosen rate on the reported
+   seeds (sweep=testbed_offpolicy_control_lr_div10, the positive control) and GRPO at its rate
+   on seeds of its own paired by block_seed (sweep=testbed_offpolicy_control_aa, the A/A).
 
-Both phases skip the cells that already FINISHED (a rerun continues a killed sweep). Run it from
+Every phase skips the cells that already FINISHED (a rerun continues a killed sweep). Run it from
 a clean clone of one commit with the store outside the repository:
 
     python benchmarks/offpolicy_testbed.py --tracking-uri sqlite:////abs/path/mlruns.db
@@ -66,17 +69,26 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--tracking-uri", required=True,
                         help="an MLflow store outside the repository, e.g. sqlite:////abs/x.db")
     parser.add_argument("--jobs", type=int, default=2, help="parallel cells (default 2)")
-    parser.add_argument("--phase", choices=("tune", "report", "both"), default="both")
+    parser.add_argument("--phase", choices=("tune", "report", "controls", "all"), default="all")
     parser.add_argument("--dry-run", action="store_true", help="print the sweeps, run none")
     args = parser.parse_args(argv)
-    if args.phase in ("tune", "both"):
+    if args.phase in ("tune", "all"):
         _sweep(args.tracking_uri, args.jobs, "sweep=testbed_offpolicy_tuning",
                dry_run=args.dry_run)
-    if args.phase in ("report", "both"):
-        for rate, algorithms in sorted(chosen_rates(args.tracking_uri).items()):
+    rates = chosen_rates(args.tracking_uri) if args.phase != "tune" else {}
+    if args.phase in ("report", "all"):
+        for rate, algorithms in sorted(rates.items()):
             _sweep(args.tracking_uri, args.jobs, "sweep=testbed_offpolicy",
                    f"algorithm={','.join(algorithms)}", f"trainer.optim.lr={rate}",
                    dry_run=args.dry_run)
+    if args.phase in ("controls", "all"):
+        grpo = next((r for r, algorithms in rates.items() if "grpo" in algorithms), None)
+        if grpo is None:
+            raise SystemExit("no rate chosen for grpo: run the tuning phase first")
+        _sweep(args.tracking_uri, args.jobs, "sweep=testbed_offpolicy_control_aa",
+               f"trainer.optim.lr={grpo}", dry_run=args.dry_run)
+        _sweep(args.tracking_uri, args.jobs, "sweep=testbed_offpolicy_control_lr_div10",
+               f"trainer.optim.lr={float(grpo) / 10:g}", dry_run=args.dry_run)
     return 0
 
 

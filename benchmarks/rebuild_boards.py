@@ -8,7 +8,9 @@ changed line of the rebuilt pages except those that say where and when a board w
 (``harness.report.provenance.BUILD_LINES``: tracking URI, command, board commit, date) and every
 other changed file (PNG, CSV, export: git compares them byte for byte). No run is made: it
 checks, in minutes instead of the sweeps' hours, that the committed pages are what the current
-board code makes of the committed runs.
+board code makes of the committed runs. Then it regenerates the claims ledger (``rlbench claims``:
+docs/claims.md, read from every committed board page, the LANTERN track's included) in the same
+clone and prints whether it changed; a changed ledger, like a changed board, exits 1.
 
     python benchmarks/rebuild_boards.py                     # every board
     python benchmarks/rebuild_boards.py code-tiny math-tiny # named boards
@@ -26,6 +28,7 @@ from pathlib import Path
 from harness.report.provenance import BUILD_LINES
 
 ROOT = Path(__file__).resolve().parents[1]
+LEDGER = "docs/claims.md"
 
 
 def _git(*args: str, cwd: Path) -> str:
@@ -57,6 +60,22 @@ def rebuild(board: str, clone: Path) -> list[str]:
     return lines + others
 
 
+def rebuild_ledger(clone: Path) -> list[str]:
+    """Regenerate the claims ledger in ``clone`` after its boards; return what changed."""
+    done = subprocess.run([sys.executable, "-m", "harness.cli", "claims", "--out", LEDGER],
+                          cwd=clone, capture_output=True, text=True)
+    if done.returncode:
+        return [f"rlbench claims exited {done.returncode}: {done.stderr.strip()[-500:]}"]
+    diff = _git("diff", "-U0", "--", LEDGER, cwd=clone).splitlines()
+    lines = [ln for ln in diff if ln[:1] in "+-" and not ln.startswith(("+++", "---"))]
+    status = _git("status", "--short", "--", LEDGER, cwd=clone).strip()
+    if status and not lines:  # not committed at HEAD: every line is new
+        lines = [f"new: {LEDGER} (not committed at HEAD)"]
+    print(f"{LEDGER}: {'changed, ' + str(len(lines)) + ' lines' if lines else 'unchanged'}",
+          flush=True)
+    return lines
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("boards", nargs="*", help="board names (default: every board)")
@@ -70,12 +89,14 @@ def main(argv: list[str] | None = None) -> int:
         clone = Path(tmp) / "clone"
         _git("clone", "-q", str(ROOT), str(clone), cwd=ROOT)
         differs = {b: rebuild(b, clone) for b in boards}
-    for board, lines in differs.items():
+        ledger = rebuild_ledger(clone)
+    for board, lines in [*differs.items(), (LEDGER, ledger)]:
         for line in lines[:20]:
             print(f"  {board}: {line[:200]}")
     same = [b for b, lines in differs.items() if not lines]
-    print(f"{len(same)} of {len(boards)} boards rebuilt from their exports unchanged")
-    return 0 if len(same) == len(boards) else 1
+    print(f"{len(same)} of {len(boards)} boards rebuilt from their exports unchanged; "
+          f"{LEDGER} {'changed' if ledger else 'unchanged'}")
+    return 0 if len(same) == len(boards) and not ledger else 1
 
 
 if __name__ == "__main__":

@@ -51,7 +51,8 @@ RESUME_AUTO, RESUME_REQUIRED, RESUME_OFF = "auto", "true", "false"
 
 
 def config_hash(cfg: Any) -> str:
-    """16 hex digits of SHA-256 over the resolved config minus :data:`NON_SEMANTIC_KEYS`."""
+    """16 hex digits of SHA-256 over the resolved config minus :data:`NON_SEMANTIC_KEYS` (and
+    ``block_seed`` when it is null)."""
     data = OmegaConf.to_container(cfg, resolve=True) if not isinstance(cfg, dict) else dict(cfg)
     for dotted in NON_SEMANTIC_KEYS:
         *parents, leaf = dotted.split(".")
@@ -60,6 +61,11 @@ def config_hash(cfg: Any) -> str:
             node = node.get(key, {}) if isinstance(node, dict) else {}
         if isinstance(node, dict):
             node.pop(leaf, None)
+    # an unset block_seed (the run is paired on its own seed) hashes as before the key existed,
+    # so the runs made before it still skip their cells; a set one is part of the cell (an A/A
+    # run is not the plain run of its seed, which a board would pair differently)
+    if data.get("block_seed", 0) is None:
+        data.pop("block_seed")
     blob = json.dumps(data, sort_keys=True, default=str).encode()
     return hashlib.sha256(blob).hexdigest()[:16]
 

@@ -231,6 +231,11 @@ class TrackingConfig:
 @dataclass
 class Config:
     seed: int = 0
+    # the seed label a board pairs this run with (null: ``seed``). An A/A control trains on
+    # seeds of its own and is compared with the baseline's run of seed ``block_seed``
+    # (docs/analysis.md, Controls); the trainer tags it ``rlbench.seed``, the real seed
+    # ``rlbench.train_seed``
+    block_seed: int | None = None
     algorithm: Any = None
     task: Any = None
     model: ModelConfig = field(default_factory=ModelConfig)
@@ -239,6 +244,18 @@ class Config:
     data: DataConfig = field(default_factory=DataConfig)
     rollout: RolloutConfig = field(default_factory=RolloutConfig)
     tracking: TrackingConfig = field(default_factory=TrackingConfig)
+
+
+def _sub(a: Any, b: Any) -> int:
+    """``${rlbench.sub:a,b}`` = a - b, for integer keys derived from others in a named sweep
+    (Hydra's sweeper crosses its keys and cannot zip two: conf/sweep/
+    testbed_offpolicy_control_aa.yaml sets ``block_seed: ${rlbench.sub:${seed},200}``)."""
+    return int(a) - int(b)
+
+
+# registered on import, not in register_schema(): a launcher's worker (joblib, Ray) resolves the
+# config in a process that imported harness but never composed one
+OmegaConf.register_new_resolver("rlbench.sub", _sub, replace=True)
 
 
 def plugin_searchpath() -> list[str]:
@@ -335,6 +352,10 @@ def validate_config(cfg: DictConfig, *, hardware: bool = True) -> RunParts:
         value = OmegaConf.select(cfg, key)
         if value is not None and value < 1:  # data.max_prompt_length may be null
             raise ConfigError(f"{key} must be >= 1, got {value}")
+    block = cfg.get("block_seed")  # absent from a config saved before the key existed
+    if block is not None and block < 0:
+        raise ConfigError(f"block_seed must be a seed label >= 0 (the baseline's seed this run "
+                          f"is paired with) or null, got {block}")
     if cfg.rollout.temperature <= 0:
         raise ConfigError(f"rollout.temperature must be > 0, got {cfg.rollout.temperature}")
     if cfg.trainer.rollout_correction.cap <= 0:

@@ -85,6 +85,15 @@ def process_rank() -> int:
     return int(os.environ.get("RANK", "0"))
 
 
+def seed_tags(cfg: DictConfig) -> dict[str, str]:
+    """``rlbench.seed``: the seed a board pairs the run on (``block_seed``, else ``seed``: an
+    A/A control's runs train on seeds of their own and are paired with the baseline's runs of
+    their block); ``rlbench.train_seed``: the seed it trained with."""
+    block = cfg.get("block_seed")
+    return {"rlbench.seed": str(cfg.seed if block is None else block),
+            "rlbench.train_seed": str(cfg.seed)}
+
+
 class Trainer:
     """One cell's training run. ``parts``: the task and algorithm already built from ``cfg`` by
     :func:`harness.config.validate_config` (the CLI's check of the cell); built here otherwise."""
@@ -179,7 +188,7 @@ class Trainer:
         tags = {
             "rlbench.algorithm": cfg.algorithm.name, "rlbench.task": cfg.task.name,
             "rlbench.task_variant": str(cfg.task.get("variant", "")),
-            "rlbench.model": cfg.model.name, "rlbench.seed": str(cfg.seed),
+            "rlbench.model": cfg.model.name, **seed_tags(cfg),
             "rlbench.backend": cfg.backend.name,
             "rlbench.temperature": str(cfg.rollout.temperature),
             "rlbench.output_dir": str(self.output_dir.resolve()),

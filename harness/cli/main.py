@@ -33,6 +33,7 @@ rlbench: a benchmark harness for RL with verifiable rewards.
   rlbench board ... --runs leaderboards/NAME     ... from a committed board's exported runs
   rlbench export --experiment NAME --out F      a store's finished runs, to carry elsewhere
   rlbench import --runs F --experiment NAME     ... loaded into this store: a sweep skips them
+  rlbench claims [--out docs/claims.md]         the claims ledger from the committed boards
   rlbench ui [--port 5000]                      the MLflow UI on 127.0.0.1 (runs view)
   rlbench train|sweep track=lantern ...         a track outside the LLM loop
 
@@ -125,6 +126,18 @@ def _power_arguments(p: argparse.ArgumentParser) -> None:
     add_arguments(p)
 
 
+def _claims_arguments(p: argparse.ArgumentParser) -> None:
+    from harness.cli.claims import add_arguments
+
+    add_arguments(p)
+
+
+def _claims(args: argparse.Namespace, rest: list[str]) -> None:
+    from harness.cli.claims import cmd_claims
+
+    guarded(cmd_claims, args)
+
+
 # -- export, import: finished runs carried between stores --------------------------------------
 def _export_arguments(p: argparse.ArgumentParser) -> None:
     from harness.cli.transfer import add_export_arguments
@@ -189,6 +202,8 @@ COMMANDS: list[Command] = [
             _import_arguments, _import),
     Command("power", "seeds needed to detect an effect, planned from a pilot's runs",
             _power_arguments, _power),
+    Command("claims", "the claims ledger (docs/claims.md) from the claim files and the boards",
+            _claims_arguments, _claims),
     Command("ui", "MLflow UI on 127.0.0.1, opening on the runs", _ui_arguments, _ui),
 ]
 

@@ -43,6 +43,7 @@ def plan_lines(uri: str, experiment: str, config: str | None, deltas: list[float
     from harness.report.board import pair_rows
     from harness.report.collect import collect
     from harness.report.config import load_config
+    from harness.report.controls import split_controls
     from harness.report.tables import primary_spec, specs_of
     from harness.report.verdict import judge
 
@@ -65,7 +66,7 @@ def plan_lines(uri: str, experiment: str, config: str | None, deltas: list[float
         prim = primary_spec(specs_of(rows, cfg.select.eval_set if cfg.select else None),
                             plan.primary)
         pair_rows(rows, cfg, cfg.baseline)
-        v = judge(rows, prim, cfg)
+        v = judge(split_controls(rows, cfg)[0], prim, cfg)  # the board's model: no controls
         a = v.analysis
         lines.append(f"{task}-{variant} / {model}: {len(rows)} rows")
         if not a.comparisons or not a.sigma > 0:

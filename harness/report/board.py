@@ -12,7 +12,8 @@ writes one directory per group with
 - ``leaderboard.md``/``.csv``: per row and eval set pass@1, pass@k for every logged k, mean@n
   and maj@k, as mean with a 95% interval over seeds (:mod:`harness.report.stats`); paired
   differences against the row's baseline on shared seeds (descriptive); the declared plan's
-  primary comparisons, tested together (:mod:`harness.report.verdict`); change since step
+  sensitivity controls, each tested against its baseline alone (:mod:`harness.report.controls`),
+  and its primary comparisons, tested together (:mod:`harness.report.verdict`); change since step
   0; step size (learning rate, pre-clip gradient norm, share of clipped steps); cost (tokens
   generated and trained, wall time, memory); quality at the smallest common token budget; with
   a selection (``select`` in the board config, e.g. the learning rate on a validation split)
@@ -53,6 +54,7 @@ from harness.claims import is_claim_experiment
 from harness.report.budget import History, fill_budget
 from harness.report.collect import Group, collect, distinguishing_keys
 from harness.report.config import REPO, BoardConfig, BoardError, load_config
+from harness.report.controls import check_controls, csv_fields, head_lines, split_controls
 from harness.report.mlflow_log import log_leaderboard
 from harness.report.page import Page, commits_line, render_markdown
 from harness.report.plots import write_plots
@@ -292,7 +294,10 @@ def _write_group(client: MlflowClient, history: History, d: Path, title: str, gr
     pair_rows(rows, cfg, default)
     late_means(history, rows, cfg.final_window)
     _fill(rows, specs, cfg)
-    verdict = judge(rows, prim, cfg, edges=group.edges,
+    # controls are tested apart, each against its baseline alone: never in the plan's model
+    method, controls = split_controls(rows, cfg)
+    check_controls(controls, rows, prim)
+    verdict = judge(method, prim, cfg, edges=group.edges,
                     selected_on_reported=cfg.select is not None and not cfg.select.seeds)
     budget = fill_budget(history, rows, specs, cfg.interval_options)
     rows = group.rows = _rank(rows, prim)
@@ -310,7 +315,7 @@ def _write_group(client: MlflowClient, history: History, d: Path, title: str, gr
                  + ("; runs in other statuses excluded[^excluded]." if excl else "."),
                  f"- Primary metric: {prim.title} (last evaluation)." if prim else
                  "- No `final/<set>/pass_at_<k>` metrics were logged.",
-                 *plan_lines(verdict, cfg)]
+                 *plan_lines(verdict, cfg), *head_lines(controls)]
     if group.unreported:
         page_head.append("- Tuned, not yet run on the reported seeds: "
                          + ", ".join(group.unreported) + ".")
@@ -318,22 +323,29 @@ def _write_group(client: MlflowClient, history: History, d: Path, title: str, gr
     if cfg.select:
         metric, tuning = f"final/{cfg.select.metric}", set(cfg.select.seeds)
         for row in rows:
-            grid = group.candidates[row.label, row.temperature]
+            grid = group.candidates.get((row.label, row.temperature))
+            if grid is None:  # a control row: run at a value fixed by its sweep, not selected
+                continue
             selection.append((row.key, [(c.select, interval(
                 [v for s, v in c.per_seed(metric).items() if not tuning or s in tuning],
                 *cfg.interval_options)) for c in grid], row.select))
     page = Page(title, page_head, rows, specs, _plots(history, d, title, rows, specs, cfg),
                 outside, within, selection, budget, group.duplicates, dict(group.excluded),
-                verdict)
+                verdict, controls)
     records = table(rows, specs, cfg.confidence)
     comps = {c.row: c for c in verdict.analysis.comparisons}
+    checks = controls.by_key()
     for rec in records:  # the confirmatory comparison beside the descriptive columns
-        c = comps.get(rec["row"])
+        ctl = checks.get(rec["row"])
+        c = ctl.comparison if ctl else comps.get(rec["row"])
+        # a control's own test (a family of one) is significant whether or not the board is
+        # confirmatory; a method row's ‡ only on a confirmatory board
+        sig = c is not None and c.significant and (ctl is not None or verdict.confirmatory)
         rec |= {"primary_identical_to": verdict.identical.get(rec["row"], ""),
                 **{f"primary_{k}": "" if c is None else f"{getattr(c, k):.6g}"
                    for k in ("estimate", "se", "t", "low", "high", "p_adjusted", "mde")},
-                "primary_significant": "" if c is None else
-                str(int(verdict.confirmatory and c.significant))}
+                "primary_significant": "" if c is None else str(int(sig)),
+                **csv_fields(controls, rec["row"])}
     (d / "leaderboard.md").write_text(render_markdown(page, cfg, default))
     (d / "leaderboard.csv").write_text(render_csv(records))
     files = [d / "leaderboard.md", d / "leaderboard.csv", *(d / n for n, _ in page.plots)]
@@ -344,7 +356,8 @@ def _write_group(client: MlflowClient, history: History, d: Path, title: str, gr
                 for r in c.runs.values()]
         files.append(export_runs(client, ids, d / EXPORT))
     group.page, group.records = page, records  # for the MLflow leaderboard run
-    return files, _summary(rows, prim, verdict)
+    return files, _summary(rows, prim, verdict) + (f"; {controls.status}" if controls.status
+                                                   else "")
 
 
 def _summary(rows: list[Row], prim: Spec | None, verdict: Verdict) -> str:

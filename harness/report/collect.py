@@ -44,11 +44,12 @@ SCHEDULE_KEYS = ("trainer.eval_every", "trainer.eval_at_start", "trainer.eval_at
 
 
 def identity(params: dict[str, str]) -> dict[str, str]:
-    """The configuration of a run: its params minus ``seed``, the non-semantic keys and the
-    evaluation and checkpoint schedule."""
+    """The configuration of a run: its params minus ``seed`` and ``block_seed`` (an A/A row's
+    runs differ in both, runs made before ``block_seed`` existed lack it), the non-semantic keys
+    and the evaluation and checkpoint schedule."""
     def semantic(key: str) -> bool:
-        return key != "seed" and not any(key == k or key.startswith(k + ".")
-                                         for k in (*NON_SEMANTIC_KEYS, *SCHEDULE_KEYS))
+        return key not in ("seed", "block_seed") and not any(
+            key == k or key.startswith(k + ".") for k in (*NON_SEMANTIC_KEYS, *SCHEDULE_KEYS))
 
     return {k: v for k, v in params.items() if semantic(k)}
 
@@ -124,19 +125,21 @@ def last_evaluation(metrics: dict[str, float]) -> dict[str, float]:
 
 def _to_run(r: MlflowRun, cfg: BoardConfig) -> Run:
     t = r.data.tags
+    seed, trained = t.get("rlbench.seed", "?"), t.get("rlbench.train_seed", "")
     variant = ",".join(v for key in cfg.variant if (v := field_value(r, key)))
     select = field_value(r, cfg.select.key) if cfg.select else ""
     drop = {cfg.select.key.partition(".")[2]} if cfg.select and cfg.select.key.startswith(
         "params.") else set()
     return Run(r.info.run_id, t.get("rlbench.algorithm", "unknown"), variant,
-               t.get("rlbench.seed", "?"), t.get("rlbench.temperature", ""),
+               seed, t.get("rlbench.temperature", ""),
                t.get("rlbench.baseline", ""), last_evaluation(dict(r.data.metrics)),
                config={k: v for k, v in identity(dict(r.data.params)).items() if k not in drop},
                origin_id=t.get(EXPORTED_ID_TAG, r.info.run_id), sweep=t.get("rlbench.sweep", ""),
                commit=t.get("rlbench.git_commit", ""), select=select,
                overrides=_overrides(t.get("rlbench.overrides")),
                select_key=next(iter(drop), ""),
-               marks=_marks(r.data.params.get("trainer.eval_at_tokens")))
+               marks=_marks(r.data.params.get("trainer.eval_at_tokens")),
+               train_seed=trained if trained != seed else "")
 
 
 def _marks(param: str | None) -> frozenset[float]:
@@ -218,7 +221,8 @@ def _select(where: str, group: Group, cfg: BoardConfig) -> None:
     mean ``final/<select.metric>`` over the tuning seeds (``select.seeds``; none declared: every
     seed); the grid stays in ``group.candidates``. With tuning seeds the kept row holds only the
     other (reported) seeds' runs, and a choice at either end of a grid of three or more values
-    is named in ``group.edges`` (the optimum may lie outside the grid)."""
+    is named in ``group.edges`` (the optimum may lie outside the grid). A declared control row
+    (``plan.controls``) is kept as it is, less the tuning seeds, and must hold one value."""
     sel = cfg.select
     assert sel is not None
     tuning = set(sel.seeds)
@@ -226,8 +230,24 @@ def _select(where: str, group: Group, cfg: BoardConfig) -> None:
     for row in group.rows:
         grids[row.label, row.temperature].append(row)
     kept = []
+    # any sweep's controls, not only this group's: control runs made before the reported ones
+    # (whose sweep declares them) must not be refused for lacking tuning runs
+    controls = cfg.plan.control_labels(cfg.plan.controls)
     for (label, _temp), grid in sorted(grids.items()):
         grid.sort(key=lambda r: _sortable(r.select))
+        if label in controls:
+            # a control row runs at a value its sweep fixes from the baseline's choice (a tenth
+            # of it, or the same): nothing to select, and it reports the seeds the others do
+            if len(grid) > 1:
+                raise BoardError(f"{where}: control row {label!r} (plan.controls) has runs at "
+                                 f"{len(grid)} values of {sel.key}: "
+                                 f"{', '.join(r.select for r in grid)}; a control is one "
+                                 "configuration")
+            row = replace(grid[0], runs={s: r for s, r in grid[0].runs.items()
+                                         if s not in tuning})
+            if row.runs:
+                kept.append(row)
+            continue
 
         def score(row: Row) -> float:
             vals = [r.metrics[f"final/{sel.metric}"] for s, r in row.runs.items()

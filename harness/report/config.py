@@ -3,6 +3,7 @@ pairings, the keys that label rows, the statistics, and an optional hyperparamet
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 
@@ -10,7 +11,7 @@ from harness.config import CONF_DIR
 from harness.manifest import source_checkout
 from harness.typed_config import ConfigError
 
-__all__ = ["BoardConfig", "BoardError", "Plan", "Selection", "load_config"]
+__all__ = ["CONTROL_ROLES", "BoardConfig", "BoardError", "Plan", "Selection", "load_config"]
 
 # What the paths a board page prints (its --out, --runs) are relative to: the checkout rlbench
 # runs from (harness.manifest.source_checkout), else the working directory, so an installed
@@ -42,18 +43,27 @@ class Selection:
         return self.metric.split("/", 1)[0]
 
 
+CONTROL_ROLES = ("positive", "aa")  # a handicapped baseline; the baseline on other seeds
+
+
 @dataclass(frozen=True)
 class Plan:
     """The analysis a board declares before it is read (harness/report/analysis.py): the
     primary metric (``<eval set>/pass_at_<k>`` of the last evaluation; None: the first eval
-    set's pass@1), the family's level ``alpha``, the ``power`` its MDE is computed for, and per
+    set's pass@1), the family's level ``alpha``, the ``power`` its MDE is computed for, per
     named sweep the effect it is ``detect``-powered for (a board whose MDE is above it, or whose
-    sweep declares none, is descriptive only)."""
+    sweep declares none, is descriptive only) and the row labels of its ``controls``
+    (``{positive: <label>, aa: <label>}``: harness/report/controls.py)."""
 
     primary: str | None = None
     alpha: float = 0.05
     power: float = 0.8
     detect: dict[str, float] = field(default_factory=dict)
+    controls: dict[str, dict[str, str]] = field(default_factory=dict)
+
+    def control_labels(self, sweeps: Iterable[str]) -> set[str]:
+        """The row labels ``sweeps`` (a board's runs' named sweeps) declare as controls."""
+        return {label for s in sweeps for label in self.controls.get(s, {}).values()}
 
 
 @dataclass(frozen=True)
@@ -147,7 +157,7 @@ def load_config(path: str | Path | None = None, variant: tuple[str, ...] = ()) -
 
 
 def _plan(raw: object, name: str) -> Plan:
-    keys = {"primary", "alpha", "power", "detect"}
+    keys = {"primary", "alpha", "power", "detect", "controls"}
     if not isinstance(raw, dict) or set(raw) - keys:
         raise BoardError(f"board config {name}: plan takes {', '.join(sorted(keys))}; got "
                          f"{raw!r}")
@@ -157,10 +167,25 @@ def _plan(raw: object, name: str) -> Plan:
         raise BoardError(f"board config {name}: plan.detect must map a sweep name (conf/sweep/) "
                          "to the effect (> 0, in the primary metric's units) it is powered for")
     plan = Plan(raw.get("primary"), float(raw.get("alpha", 0.05)), float(raw.get("power", 0.8)),
-                {str(k): float(v) for k, v in detect.items()})
+                {str(k): float(v) for k, v in detect.items()},
+                _controls(raw.get("controls") or {}, name))
     if not (0.0 < plan.alpha < 1.0 and 0.0 < plan.power < 1.0):
         raise BoardError(f"board config {name}: plan.alpha and plan.power must be in (0, 1)")
     return plan
+
+
+def _controls(raw: object, name: str) -> dict[str, dict[str, str]]:
+    """``plan.controls``: per named sweep, both control rows by label (a sensitivity check
+    needs the two: one the test must see, one it must not)."""
+    def bad(value: object) -> bool:
+        return not isinstance(value, dict) or set(value) != set(CONTROL_ROLES) or not all(
+            isinstance(v, str) and v for v in value.values()) or len(set(value.values())) < 2
+
+    if not isinstance(raw, dict) or any(bad(v) for v in raw.values()):
+        raise BoardError(f"board config {name}: plan.controls must map a sweep name "
+                         "(conf/sweep/) to {positive: <row label>, aa: <row label>}, two "
+                         f"different rows (e.g. grpo@lr_div10 and grpo@aa); got {raw!r}")
+    return {str(k): {role: str(v[role]) for role in CONTROL_ROLES} for k, v in raw.items()}
 
 
 def _config_path(p: Path) -> Path:

@@ -10,6 +10,8 @@ from dataclasses import dataclass, field
 from harness.report.analysis import Analysis
 from harness.report.budget import TOLERANCE, Budget
 from harness.report.config import BoardConfig
+from harness.report.controls import Controls
+from harness.report.controls import section as controls_section
 from harness.report.stats import Interval
 from harness.report.tables import (
     Row,
@@ -45,6 +47,7 @@ class Page:
     duplicates: list[tuple[Row, str, list[Run]]] = field(default_factory=list)
     excluded: dict[str, int] = field(default_factory=dict)
     verdict: Verdict = field(default_factory=lambda: Verdict(None, Analysis()))
+    controls: Controls = field(default_factory=Controls)
 
 
 def notes_text(cfg: BoardConfig, default: str) -> dict[str, str]:
@@ -189,7 +192,9 @@ def footer(rows: list[Row], excluded: dict[str, int]) -> list[str]:
     """The runs behind each row and the excluded-runs footnote."""
     lines = ["<details><summary>MLflow runs behind each row</summary>", ""]
     for r in rows:
-        ids = ", ".join(f"seed {s}: `{rid}`" for s, rid in r.run_ids)
+        # an A/A row's runs: the seed they are paired on, and the one they trained with
+        ids = ", ".join(f"seed {s}" + (f" (trained with seed {t})" if (t := r.runs[s].train_seed)
+                                       else "") + f": `{rid}`" for s, rid in r.run_ids)
         lines.append(f"- **{r.key}** (temperature {r.temperature or '?'}): {ids}")
     lines += ["", "</details>"]
     excl = sum(excluded.values())
@@ -206,7 +211,7 @@ def render_markdown(page: Page, cfg: BoardConfig, default: str) -> str:
     lines += _config_table(page) + _selection(page, cfg)
     lines += ["", "## Quality (final)", "", notes["quality"], ""]
     lines += quality_table(rows, specs) if specs else ["No `final/<set>/pass_at_<k>` metrics."]
-    lines += primary_section(page.verdict, cfg)
+    lines += controls_section(page.controls) + primary_section(page.verdict, cfg)
     lines += ["", "## Paired differences vs baseline (secondary, descriptive)", "",
               notes["paired"], ""]
     lines += paired_table(rows, specs, cfg.confidence)

@@ -5,9 +5,10 @@ and an export of the MLflow runs behind it.
   from a checkout with uncommitted changes (outside ``leaderboards/`` and its own output)
   unless ``--allow-dirty``, and then says so on every page.
 - :func:`reproduce` - the two commands that rebuild a board, when every run behind it was
-  launched by one named sweep (tag ``rlbench.sweep``) with no override the sweep does not make
-  itself (tag ``rlbench.overrides``: the cell's swept values, and keys that cannot change a
-  result, such as the launcher or thread counts, are fine); otherwise why not.
+  launched by a named sweep (tag ``rlbench.sweep``; several, e.g. a testbed's and its controls',
+  are run one after another) with no override its sweep does not make itself (tag
+  ``rlbench.overrides``: the cell's swept values, and keys that cannot change a result, such as
+  the launcher or thread counts, are fine); otherwise why not.
 - :func:`export_runs` writes ``runs.jsonl.gz`` next to a board: one JSON line per run behind
   it (run info, tags, params and every metric's full history; no artifacts), sorted and gzipped
   without a timestamp, so an unchanged store exports the same bytes. :func:`import_runs` loads
@@ -170,34 +171,39 @@ def reproduce(runs: list[Run], board_cmd: str, driver: str | None = None,
     choice) instead of one ``rlbench sweep``; overrides of ``chosen`` are then expected."""
     sweeps = Counter(r.sweep for r in runs)
     named = sorted(s for s in sweeps if s)
-    if len(named) != 1 or sweeps.get("", 0):
+    if not named or sweeps.get("", 0):
         missing = sweeps.get("", 0)
         return ("- Reproduce: not by two commands: runs came from "
                 + (", ".join(f"sweep `{s}` ({sweeps[s]})" for s in named) or "no named sweep")
                 + (f" and {missing} run(s) not launched by a named sweep" if missing and named
                    else "") + ".")
-    sweep = named[0]
-    params = _sweep_params(sweep)
-    if params is None:
-        return f"- Reproduce: not by two commands: sweep `{sweep}` is not in conf/sweep/."
-    extra: Counter[str] = Counter()
-    unknown = 0
-    for run in runs:
-        if run.overrides is None:
-            unknown += 1
-            continue
-        for override in run.overrides:
-            key, _, value = override.lstrip("+~").partition("=")
-            if key == "sweep" or _harmless(key) or _swept(value, params.get(key, set())) or (
-                    driver and key == chosen):
+    # several named sweeps into one experiment (a testbed's and its controls'): each reproduces
+    # its own runs, so the board is their sweeps run one after another
+    for sweep in named:
+        params = _sweep_params(sweep)
+        if params is None:
+            return f"- Reproduce: not by two commands: sweep `{sweep}` is not in conf/sweep/."
+        extra: Counter[str] = Counter()
+        unknown = 0
+        for run in runs:
+            if run.sweep != sweep:
                 continue
-            extra[override] += 1
-    if extra or unknown:
-        why = [f"`{o}` ({n})" for o, n in sorted(extra.items())]
-        why += [f"{unknown} run(s) did not record their overrides"] if unknown else []
-        return (f"- Reproduce: not by two commands: runs of sweep `{sweep}` had overrides it "
-                f"does not make: {', '.join(why)}.")
-    first = f"`{driver}`" if driver else f"`rlbench sweep sweep={sweep}`"
+            if run.overrides is None:
+                unknown += 1
+                continue
+            for override in run.overrides:
+                key, _, value = override.lstrip("+~").partition("=")
+                if key == "sweep" or _harmless(key) or _swept(value, params.get(key, set())) \
+                        or (driver and key == chosen):
+                    continue
+                extra[override] += 1
+        if extra or unknown:
+            why = [f"`{o}` ({n})" for o, n in sorted(extra.items())]
+            why += [f"{unknown} run(s) did not record their overrides"] if unknown else []
+            return (f"- Reproduce: not by two commands: runs of sweep `{sweep}` had overrides "
+                    f"it does not make: {', '.join(why)}.")
+    first = f"`{driver}`" if driver else " and ".join(f"`rlbench sweep sweep={s}`"
+                                                       for s in named)
     return (f"- Reproduce ({where(getattr(r, 'commit', '') for r in runs)}): "
             f"{first}, then `{board_cmd}`.")
 

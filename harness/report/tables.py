@@ -43,6 +43,9 @@ class Run:
     overrides: tuple[str, ...] | None = None  # the Hydra overrides it was launched with
     select_key: str = ""  # the config key of the selection (left out of ``config``), if a param
     marks: frozenset[float] = frozenset()  # its trainer.eval_at_tokens (equal-compute marks)
+    # the seed it trained with (tag rlbench.train_seed), where that is not ``seed``, the label
+    # it is paired on (block_seed: an A/A control's runs); "" where they are one
+    train_seed: str = ""
 
     @property
     def label(self) -> str:

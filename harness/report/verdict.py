@@ -7,7 +7,9 @@ The plan, printed at the top of every board before any number:
 * **Primary metric**: the plan's (default: the first eval set's pass@1), of the last evaluation
   of each run (the model training ended with; harness/report/collect.py ``last_evaluation``).
 * **Comparisons**: each row against its declared baseline (the pairing config), nothing else.
-  Rows whose runs are the baseline's bit for bit are labelled identical and not tested.
+  Rows whose runs are the baseline's bit for bit are labelled identical and not tested. The
+  board's sensitivity controls are tested apart and never reach :func:`judge`
+  (harness/report/controls.py).
 * **Test**: the seed-blocked model with single-step max-|t| adjustment (Dunnett's many-to-one
   test when there is one baseline), its assumptions checked and printed.
 * **Power**: the family's minimum detectable effect (MDE) at the board's seeds; the effect each

@@ -1,0 +1,312 @@
+"""The claims ledger (issue 36, item 3): docs/claims.md generated from the pre-registered claims
+and the committed boards' CSVs by harness/report/claims_ledger.py, under the verdict rules its
+docstring and docs/claims/README.md declare; `rlbench claims` regenerates it."""
+
+from __future__ import annotations
+
+import csv
+import re
+import subprocess
+from pathlib import Path
+
+import pytest
+import yaml
+
+from harness.report.claims_ledger import (
+    FAILED,
+    INCONCLUSIVE,
+    NOT_SHOWN,
+    NOT_TESTABLE,
+    PENDING,
+    SHOWN,
+    UNTESTED,
+    judge_claim,
+    load_claims,
+    render,
+)
+from tests.helpers import load_benchmark
+
+ROOT = Path(__file__).resolve().parents[2]
+LEDGER = ROOT / "docs" / "claims.md"
+CONTROLS = {"positive": "grpo@lr_tenth", "aa": "grpo@aa"}
+COLUMNS = ["row", "baseline", "n_seeds", "heldout/pass_at_1/final_mean",
+           "tool_calls_per_traj/final_mean", "tool_calls_per_traj/vs_baseline_mean",
+           "tool_calls_per_traj/vs_baseline_low", "tool_calls_per_traj/vs_baseline_high",
+           "primary_identical_to", "primary_estimate", "primary_low", "primary_high",
+           "primary_p_adjusted", "primary_mde", "primary_significant"]
+
+
+def _row(label, est=0.0, low=-0.01, high=0.01, mde=0.02, sig=False, baseline="grpo"):
+    """A CSV row; every row's mean is 2.0 (a claim in percent is read against it)."""
+    return {"row": label, "baseline": baseline, "n_seeds": "5",
+            "heldout/pass_at_1/final_mean": 2.0, "tool_calls_per_traj/final_mean": 2.0,
+            "tool_calls_per_traj/vs_baseline_mean": est, "tool_calls_per_traj/vs_baseline_low": low,
+            "tool_calls_per_traj/vs_baseline_high": high, "primary_identical_to": "",
+            "primary_estimate": est, "primary_low": low, "primary_high": high,
+            "primary_p_adjusted": 0.01 if sig else 0.5, "primary_mde": mde,
+            "primary_significant": int(sig)}
+
+
+def _board(root: Path, rows: list[dict], status: str = "Confirmatory", worse: int = -1) -> str:
+    """A board page folder in ``root``: the CSV, the page's plan lines, the README's
+    Reproduce line; with an A/A row and a positive control row detected in direction ``worse``
+    (the handicapped baseline is worse: lower, or higher where fewer is the claim)."""
+    page = root / "leaderboards" / "bed" / "task" / "tiny"
+    page.mkdir(parents=True, exist_ok=True)
+    rows = [_row("grpo", baseline=""), *rows,
+            _row(CONTROLS["positive"], 0.05 * worse, *sorted([0.03 * worse, 0.07 * worse]),
+                 sig=True), _row(CONTROLS["aa"])]
+    with open(page / "leaderboard.csv", "w", newline="") as f:
+        w = csv.DictWriter(f, COLUMNS)
+        w.writeheader()
+        w.writerows(rows)
+    (page / "leaderboard.md").write_text(
+        f"# task / tiny\n\n- Primary metric: heldout pass@1 (last evaluation).\n"
+        f"- **{status}**: the reason.\n")
+    (root / "leaderboards" / "bed" / "README.md").write_text(
+        "- Reproduce (from the repository root): `rlbench sweep sweep=bed`, then "
+        "`rlbench board --experiment bed --out leaderboards/bed`.\n")
+    return "leaderboards/bed/task/tiny"
+
+
+def _judge(root: Path, evidence: list[dict], unit: str = "points; 0.03 in the boards' units",
+           number: float | None = 3.0, gpu_only: bool = False,
+           metric: str = "heldout/pass_at_1") -> tuple[str, str]:
+    entry = {"paper": "A 2026", "methods": ["m"], "claim": "m beats grpo.",
+             "claim_number": number, "claim_unit": unit,
+             "testbed": {"sweep": "bed", "status": "existing", "why": "it can"},
+             "primary": {"metric": metric, "comparison": "m vs grpo", "test": "Dunnett"},
+             "cannot_show": "much", "gpu_only": gpu_only, "evidence": evidence}
+    (root / "docs" / "claims").mkdir(parents=True, exist_ok=True)
+    (root / "docs" / "claims" / "m.yaml").write_text(yaml.safe_dump(entry))
+    claims, pages = load_claims(root)
+    verdict, reason, _ = judge_claim(claims[0], pages)
+    return verdict, reason
+
+
+def _one(root: Path, controls: dict | None = CONTROLS, status: str = "Confirmatory",
+         metric: str = "heldout/pass_at_1", worse: int = -1, **row) -> list[dict]:
+    ev = {"board": _board(root, [_row("m", **row)], status, worse), "rows": ["m"],
+          "metric": metric}
+    return [{**ev, "controls": controls}] if controls else [ev]
+
+
+# -- the verdict rules, each on a synthetic board -----------------------------------------------
+def test_significant_in_the_claimed_direction_is_shown(tmp_path):
+    assert _judge(tmp_path, _one(tmp_path, est=0.01, low=0.002, high=0.018, sig=True))[0] == SHOWN
+
+
+def test_significant_against_the_claimed_direction_is_not_shown(tmp_path):
+    ev = _one(tmp_path, est=-0.01, low=-0.018, high=-0.002, sig=True)
+    assert _judge(tmp_path, ev)[0] == NOT_SHOWN
+    assert _judge(tmp_path, ev, unit="none retrieved", number=None)[0] == NOT_SHOWN  # C unknown
+
+
+def test_not_significant_with_the_mde_at_or_below_the_claim_is_not_shown(tmp_path):
+    ev = _one(tmp_path, est=0.01, low=-0.005, high=0.035, mde=0.03)  # the interval holds C
+    assert _judge(tmp_path, ev)[0] == NOT_SHOWN
+
+
+def test_an_interval_that_excludes_the_claim_is_not_shown_whatever_the_mde(tmp_path):
+    ev = _one(tmp_path, est=0.0, low=-0.02, high=0.02, mde=0.05)
+    assert _judge(tmp_path, ev)[0] == NOT_SHOWN
+
+
+def test_an_mde_above_the_claim_with_the_claim_inside_the_interval_is_inconclusive(tmp_path):
+    ev = _one(tmp_path, est=0.01, low=-0.03, high=0.05, mde=0.04)
+    assert _judge(tmp_path, ev)[0] == INCONCLUSIVE
+    assert _judge(tmp_path, ev, unit="none retrieved", number=None)[0] == INCONCLUSIVE
+
+
+def test_no_evidence_is_not_testable_when_gpu_only_else_inconclusive(tmp_path):
+    assert _judge(tmp_path, [], gpu_only=True)[0] == NOT_TESTABLE
+    verdict, reason = _judge(tmp_path, [])
+    assert verdict == UNTESTED and "no testbed run yet" in reason
+
+
+@pytest.mark.parametrize("controls, said", [
+    (None, "controls not run"),
+    ({"positive": CONTROLS["positive"]}, "controls not run"),
+    ({"positive": CONTROLS["aa"], "aa": CONTROLS["aa"]}, "controls failed"),  # not detected
+    ({"positive": CONTROLS["positive"], "aa": CONTROLS["positive"]}, "controls failed"),
+])
+def test_without_passing_controls_no_row_is_shown_or_not_shown(tmp_path, controls, said):
+    shown = _one(tmp_path, controls, est=0.01, low=0.002, high=0.018, sig=True)
+    verdict, reason = _judge(tmp_path, shown)
+    assert verdict == (PENDING if said == "controls not run" else FAILED)
+    assert said in reason and "would give *shown*" in reason
+    not_shown = _one(tmp_path, controls, est=0.0, low=-0.01, high=0.01, mde=0.01)
+    verdict, reason = _judge(tmp_path, not_shown)
+    assert verdict in (PENDING, FAILED) and f"would give *{NOT_SHOWN}*" in reason
+
+
+@pytest.mark.parametrize("kw, why", [
+    ({"status": "Descriptive only"}, "descriptive only"),
+    ({"metric": "tool_calls_per_traj"}, "secondary column"),  # not the page's primary
+])
+def test_a_row_that_is_not_confirmatory_decides_nothing(tmp_path, kw, why):
+    ev = _one(tmp_path, est=0.01, low=0.002, high=0.018, sig=True, **kw)
+    verdict, reason = _judge(tmp_path, ev, metric=kw.get("metric", "heldout/pass_at_1"))
+    assert verdict == UNTESTED and why in reason
+
+
+def test_a_row_read_on_another_metric_than_the_claims_primary_decides_nothing(tmp_path):
+    ev = _one(tmp_path, est=0.01, low=0.002, high=0.018, sig=True)
+    verdict, reason = _judge(tmp_path, ev, metric="heldout/pass_at_1 at the budget")
+    assert verdict == UNTESTED and "not the claim's primary metric" in reason
+
+
+def test_percent_fewer_is_read_against_the_baselines_mean_in_the_lower_direction(tmp_path):
+    """C = -50% of grpo's mean 2.0 = -1.0, and lower is the claimed direction."""
+    unit = "percent fewer tool calls than GRPO"
+    ev = _one(tmp_path, worse=1, est=-0.5, low=-0.8, high=-0.2, sig=True)
+    assert _judge(tmp_path, ev, unit=unit, number=50)[0] == SHOWN
+    ev = _one(tmp_path, worse=1, est=0.5, low=0.2, high=0.8, sig=True)  # more calls
+    assert _judge(tmp_path, ev, unit=unit, number=50)[0] == NOT_SHOWN
+    ev = _one(tmp_path, worse=1, est=-0.5, low=-0.9, high=-0.1, mde=1.2)  # |C| < MDE, C outside
+    assert _judge(tmp_path, ev, unit=unit, number=50)[0] == NOT_SHOWN
+    ev = _one(tmp_path, worse=1, est=-0.5, low=-1.1, high=0.1, mde=1.2)  # C inside
+    assert _judge(tmp_path, ev, unit=unit, number=50)[0] == INCONCLUSIVE
+
+
+# -- the committed page --------------------------------------------------------------------------
+def _generated() -> str:
+    claims, pages = load_claims(ROOT)
+    return render(claims, pages, LEDGER, ROOT)
+
+
+def test_the_committed_ledger_is_what_the_generator_writes_now():
+    """A hand edit or a stale page (a board or claim file changed since) fails here:
+    `rlbench claims` regenerates it."""
+    assert LEDGER.read_text() == _generated()
+
+
+def test_the_ledger_says_it_is_generated_and_gives_a_verdict_for_each_of_the_nine_methods():
+    text = LEDGER.read_text()
+    assert text.startswith("> Generated by `rlbench claims`") and "rlbench claims --out" in \
+        text.splitlines()[0]
+    verdicts = re.findall(r"^\| \[(\w+)\]\(#\1\) \| (.+?) \| \*(.+?)\* \|", text, re.M)
+    methods = {m for _, ms, _ in verdicts for m in re.findall(r"`([^`]+)`", ms)}
+    assert {"lpo_fwd", "lpo_rev", "agpo", "grpo_aem", "lope", "arpo", "aepo",
+            "arbitrary_entropy", "lantern"} <= methods
+    assert {v for *_, v in verdicts} <= {SHOWN, NOT_SHOWN, INCONCLUSIVE, NOT_TESTABLE, PENDING,
+                                         UNTESTED, FAILED}
+
+
+def _numbers(line: str) -> list[str]:
+    plain = re.sub(r"`[^`]*`|\]\([^)]*\)", " ", line)  # code spans and link targets
+    return re.findall(r"[-+]?\d+(?:\.\d+)?", plain)
+
+
+def _matches(token: str, cells: list[str]) -> bool:
+    d = len(token.split(".")[1]) if "." in token else 0
+    spec = f"{'+' if token[0] in '+-' else ''}.{d}f"
+    for cell in cells:
+        try:
+            if format(float(cell), spec) == token or cell == token:
+                return True
+        except ValueError:
+            continue
+    return False
+
+
+def test_every_number_under_a_board_is_read_from_the_csv_it_cites():
+    """Table rows: each number is a cell of that row in the cited CSV (at the printed decimals).
+    Other lines: from the CSV, the cited page or README, or the claim file."""
+    claim_text = {p.stem: p.read_text() for p in (ROOT / "docs" / "claims").glob("*.yaml")}
+    stem, csv_rows, quoted, checked = "", {}, "", 0
+    for line in LEDGER.read_text().splitlines():
+        if m := re.match(r'<a id="(\w+)">', line):
+            stem, csv_rows, quoted = m[1], {}, ""
+        elif m := re.match(r"### \[[^\]]+\]\(\.\./(leaderboards/[^)]+)/leaderboard\.md\)", line):
+            page = ROOT / m[1]
+            with open(page / "leaderboard.csv", newline="") as f:
+                csv_rows = {r.get("row") or r["agent"]: list(r.values()) for r in csv.DictReader(f)}
+            quoted = (page / "leaderboard.md").read_text() + (
+                ROOT / "leaderboards" / m[1].split("/")[1] / "README.md").read_text()
+        elif csv_rows and (m := re.match(r"\| `([^`]+)` \|", line)):
+            for token in _numbers(line):
+                assert _matches(token, csv_rows[m[1]]), (stem, m[1], token)
+                checked += 1
+        else:
+            everything = [c for cells in csv_rows.values() for c in cells]
+            sources = quoted + "".join(claim_text.values() if not stem else [claim_text[stem]])
+            for token in _numbers(line):
+                assert token in sources or _matches(token, everything), (stem, token, line)
+    assert checked > 100
+
+
+def test_each_board_is_linked_with_its_readmes_two_reproduce_commands():
+    text = LEDGER.read_text()
+    boards = re.findall(r"^### \[[^\]]+\]\(\.\./(leaderboards/[^)]+)/leaderboard\.md\)\n\n"
+                        r".*\n- (Reproduce.*)\.$", text, re.M)
+    assert len(boards) == sum(len(c["evidence"]) for c in load_claims(ROOT)[0])
+    for page, line in boards:
+        assert (ROOT / page / "leaderboard.md").is_file()
+        assert len(re.findall(r"`[^`]*(?:rlbench|python) [^`]+`", line)) == 2, line
+        assert line in (ROOT / "leaderboards" / page.split("/")[1] / "README.md").read_text()
+
+
+# -- the command ---------------------------------------------------------------------------------
+OFF = "leaderboards/testbed-offpolicy/countdown-tiny/tiny"
+
+
+@pytest.mark.parametrize("text, needle", [
+    ("evidence: [{board: leaderboards/nope, rows: [a], metric: m}]\n", "m.yaml: evidence[0].board"),
+    (f"evidence: [{{board: {OFF}, rows: [nope], metric: heldout/pass_at_1}}]\n",
+     "m.yaml: evidence[0].rows: no row 'nope'"),
+    (f"evidence: [{{board: {OFF}, rows: [agpo], metric: heldout/nope}}]\n",
+     "m.yaml: evidence[0].metric: 'heldout/nope'"),
+    ("claim: [unclosed\n", "m.yaml: not YAML"),
+    ("paper: x\n", "m.yaml: evidence: a list"),
+])
+def test_bad_claim_input_is_one_line_naming_the_file_and_key_and_exit_2(
+        tmp_path, rlbench_in_process, text, needle):
+    entry = yaml.safe_load((ROOT / "docs" / "claims" / "agpo.yaml").read_text())
+    entry.pop("evidence")
+    (tmp_path / "docs" / "claims").mkdir(parents=True)
+    (tmp_path / "docs" / "claims" / "m.yaml").write_text(
+        (yaml.safe_dump(entry) + text) if "evidence" in text else text)
+    (tmp_path / "leaderboards").symlink_to(ROOT / "leaderboards")
+    done = rlbench_in_process("claims", cwd=tmp_path)
+    assert done.returncode == 2 and "Traceback" not in done.stderr
+    assert needle in done.stderr and len(done.stderr.strip().splitlines()) == 1
+
+
+def test_rlbench_claims_writes_the_ledger_and_says_whether_it_changed(tmp_path, rlbench_in_process):
+    out = tmp_path / "claims.md"
+    first = rlbench_in_process("claims", "--out", str(out), cwd=ROOT)
+    again = rlbench_in_process("claims", "--out", str(out), cwd=ROOT)
+    assert first.returncode == again.returncode == 0
+    assert "(changed)" in first.stdout and "(unchanged)" in again.stdout
+    assert out.read_text().startswith("> Generated by `rlbench claims`")
+
+
+def test_rebuild_boards_reports_a_stale_ledger(tmp_path):
+    """benchmarks/rebuild_boards.py regenerates the ledger in its clone after the boards and
+    returns the changed lines: none when the committed page is current."""
+    rebuild = load_benchmark("rebuild_boards")
+    repo = tmp_path / "repo"
+    (repo / "docs").mkdir(parents=True)
+    _judge(repo, _one(repo, est=0.01, low=0.002, high=0.018, sig=True))
+    (repo / "docs" / "claims.md").write_text("stale\n")
+    git = ["git", "-c", "user.name=t", "-c", "user.email=t@t"]
+    subprocess.run([*git, "init", "-q"], cwd=repo, check=True)
+    subprocess.run([*git, "add", "-A"], cwd=repo, check=True)
+    subprocess.run([*git, "commit", "-qm", "stale"], cwd=repo, check=True)
+    assert "-stale" in rebuild.rebuild_ledger(repo)
+    subprocess.run([*git, "commit", "-qam", "current"], cwd=repo, check=True)
+    assert rebuild.rebuild_ledger(repo) == []
+
+
+@pytest.mark.parametrize(("line", "verdict"), [
+    ("controls passed", SHOWN), ("controls not run", PENDING), ("controls failed", FAILED)])
+def test_a_board_that_declares_its_controls_is_read_from_its_controls_line(tmp_path, line,
+                                                                           verdict):
+    """A board with plan.controls tests them on its own primary metric and prints the outcome
+    ("- Controls: **...**"): that line decides, not the evidence entry's rows read in the
+    claim's direction (which would read a "fewer" claim's handicapped baseline backwards)."""
+    ev = _one(tmp_path, controls=None, est=0.01, low=0.002, high=0.018, sig=True)
+    page = tmp_path / ev[0]["board"] / "leaderboard.md"
+    page.write_text(page.read_text() + f"- Controls: **{line}** (positive `grpo@lr_div10` ...).\n")
+    assert _judge(tmp_path, ev)[0] == verdict
