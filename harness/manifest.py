@@ -97,9 +97,26 @@ def package_versions() -> dict[str, str | None]:
     return out
 
 
+def cpu_label() -> str:
+    """The CPU a run computed on, as far as it changes the numbers: its model name and the
+    vector instruction set torch dispatches its kernels for (``AVX2``, ``AVX512``, ...). The
+    same cell at the same commit on two CPUs starts from float-level different warm starts and
+    trains along different paths (docs/suite.md, Machines), so every run is tagged with it."""
+    name = platform.processor() or platform.machine()
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                name = line.partition(":")[2].strip()
+                break
+    except OSError:
+        pass
+    return f"{name} / {torch.backends.cpu.get_cpu_capability()}"
+
+
 def hardware() -> dict[str, Any]:
     info: dict[str, Any] = {
         "platform": platform.platform(),
+        "cpu": cpu_label(),
         "python": sys.version.split()[0],
         "cpu_count": os.cpu_count(),
         "torch_threads": torch.get_num_threads(),

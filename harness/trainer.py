@@ -58,7 +58,7 @@ from harness.config import RunParts, resolve_defaults, validate_config
 from harness.engines import RolloutEngine, TrainEngine
 from harness.evaluation import at_marks, check_eval_sets, evaluate
 from harness.ledger import LoopState, timed, upgrade_state
-from harness.manifest import build_manifest, git_label
+from harness.manifest import build_manifest, cpu_label, git_label
 from harness.prompts import fit_data
 from harness.registry import BACKENDS, MODELS
 from harness.rollout import PromptSampler, RolloutContext, on_policy_rows, rollout_metrics
@@ -194,6 +194,7 @@ class Trainer:
             "rlbench.output_dir": str(self.output_dir.resolve()),
             HASH_TAG: self.plan.config_hash, "rlbench.kind": "train",
             "rlbench.git_commit": git_label(),  # the code the run was made with
+            "rlbench.cpu": cpu_label(),  # and the kernels: numbers differ across CPUs
             **{k: str(v) for k, v in cfg.tracking.tags.items()},
         }
         self.tracker.start(self.run_name, tags, run_id=self.plan.run_id)

@@ -18,6 +18,7 @@ from mlflow.entities import Metric, Param
 from mlflow.tracking import MlflowClient
 
 from harness.cli import compose_config
+from harness.manifest import cpu_label
 from harness.report.board import build_leaderboards as _build
 from harness.report.collect import identity
 from harness.report.config import BoardError
@@ -73,7 +74,7 @@ def test_smoke_run_in_the_demo_experiment_is_refused_naming_the_keys(smoke_store
 
 
 @pytest.mark.slow
-def test_training_runs_name_their_sweep_and_commit(smoke_store):
+def test_training_runs_name_their_sweep_commit_and_cpu(smoke_store):
     head = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True,
                           cwd=Path(__file__).parent).stdout.strip()
     run = MlflowClient(smoke_store["uri"]).get_run(smoke_store["ids"]["s0"])
@@ -82,6 +83,11 @@ def test_training_runs_name_their_sweep_and_commit(smoke_store):
     assert re.fullmatch(r"[0-9a-f]{40}(\+dirty)?|unknown", commit)
     if head:
         assert commit.startswith(head) or commit == "unknown"
+    # the CPU and its kernels' instruction set: the same cell differs across them
+    assert run.data.tags["rlbench.cpu"] == cpu_label()
+    assert run.data.tags["rlbench.cpu"].rsplit(" / ", 1)[1] in {"DEFAULT", "AVX2", "AVX512",
+                                                                 "NO AVX", "VSX", "ZVECTOR",
+                                                                 "SVE256", "SVE"}
 
 
 @pytest.mark.slow
