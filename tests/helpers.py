@@ -334,3 +334,16 @@ def save_tiny_vlm(path, arch) -> str:
     build_tiny_vlm(arch, tok, 32, seed=0).save_pretrained(path)
     save_tokenizer(tok, path)
     return str(path)
+
+
+def md_table(board: Path, section: str, sub: str = "countdown-tiny/tiny") -> dict[str, dict]:
+    """The first markdown table under ``## <section>`` of a board page (``board/sub/
+    leaderboard.md``) as {row: {column: cell}}."""
+    md = (board / sub / "leaderboard.md").read_text()
+    body = md.split(f"## {section}\n", 1)[1].split("\n## ", 1)[0]
+    table = body[body.index("\n|"):].split("\n\n", 1)[0]  # the section's first table
+    lines = [line for line in table.splitlines() if line.startswith("|")]
+    header = [c.strip() for c in lines[0].strip("|").split("|")]
+    rows = [dict(zip(header, (c.strip() for c in line.strip("|").split("|"))))
+            for line in lines[2:]]
+    return {r["row"]: r for r in rows}
