@@ -47,6 +47,7 @@ run() {
       board geometry3k-tiny geometry3k_tiny geometry3k-tiny ;;
     lantern)  # its own track: one process, its own sweep and board writer
       rlbench sweep track=lantern sweep=targets
+      rlbench sweep track=lantern sweep=targets_aa  # its A/A control
       rlbench board --track lantern --out leaderboards/lantern ;;
     *) echo "unknown board $1" >&2; exit 2 ;;
   esac

@@ -121,6 +121,16 @@ def with_retries(fn: Any, *args: Any, **kwargs: Any) -> Any:
     return None
 
 
+def seed_tags(cfg: Any) -> dict[str, str]:
+    """``rlbench.seed``: the seed a board pairs the run on (``block_seed``, else ``seed``: an
+    A/A control's runs train on seeds of their own and are paired with the baseline's runs of
+    their block); ``rlbench.train_seed``: the seed it trained with. Used by the LLM loop and
+    the LANTERN track alike."""
+    block = cfg.get("block_seed")
+    return {"rlbench.seed": str(cfg.seed if block is None else block),
+            "rlbench.train_seed": str(cfg.seed)}
+
+
 def source_tags() -> dict[str, str]:
     """MLflow's source tags for a run started from this process (as ``mlflow.start_run``)."""
     import getpass

@@ -73,7 +73,7 @@ from harness.run_status import (
 )
 from harness.summary import eval_summary
 from harness.task import Task
-from harness.tracking import Tracker
+from harness.tracking import Tracker, seed_tags
 from harness.typed_config import ConfigError
 from harness.types import SamplingParams
 
@@ -83,15 +83,6 @@ log = logging.getLogger("rlbench")
 def process_rank() -> int:
     """Global rank under torchrun (0 otherwise)."""
     return int(os.environ.get("RANK", "0"))
-
-
-def seed_tags(cfg: DictConfig) -> dict[str, str]:
-    """``rlbench.seed``: the seed a board pairs the run on (``block_seed``, else ``seed``: an
-    A/A control's runs train on seeds of their own and are paired with the baseline's runs of
-    their block); ``rlbench.train_seed``: the seed it trained with."""
-    block = cfg.get("block_seed")
-    return {"rlbench.seed": str(cfg.seed if block is None else block),
-            "rlbench.train_seed": str(cfg.seed)}
 
 
 class Trainer:

@@ -103,6 +103,9 @@ class DfaSpec:
 class LanternConfig:
     track: str = "lantern"
     seed: int = 0
+    # the seed a board pairs this run with (null: seed): an A/A control trains on seeds of its
+    # own, paired with the baseline's runs of seed block_seed (conf/lantern/sweep/targets_aa.yaml)
+    block_seed: int | None = None
     agent: Any = None
     task: TaskSpec = field(default_factory=TaskSpec)
     train: TrainSpec = field(default_factory=TrainSpec)
@@ -256,12 +259,15 @@ def _finished(tracker: Any, digest: str) -> str | None:
 
 def run_cell(cfg: DictConfig) -> dict[str, float] | None:
     """Train one (agent, target task, seed) cell and log it; None when skipped."""
-    from harness.tracking import Tracker
+    from harness.tracking import Tracker, seed_tags
 
     if cfg.track != KIND:
         raise ConfigError(f"track={cfg.track!r}: this runner is the {KIND!r} track")
     if cfg.train.episodes < 1 or cfg.eval.every < 1 or cfg.eval.episodes < 1:
         raise ConfigError("train.episodes, eval.every and eval.episodes must be >= 1")
+    if cfg.get("block_seed") is not None and cfg.block_seed < 0:
+        raise ConfigError(f"block_seed must be a seed label >= 0 (the baseline's seed this run "
+                          f"is paired with) or null, got {cfg.block_seed}")
     agent = build_agent(cfg.agent)
     label = agent_label(cfg.agent)
     tracker = Tracker(cfg.tracking.uri, cfg.tracking.experiment, cfg.tracking.enabled)
@@ -281,7 +287,7 @@ def run_cell(cfg: DictConfig) -> dict[str, float] | None:
     agent.prepare(ctx, env.n_actions)
     git = _git()
     tags = {"rlbench.kind": KIND, "rlbench.track": KIND, "rlbench.task": cfg.task.name,
-            "rlbench.agent": label, "rlbench.seed": str(cfg.seed), HASH_TAG: digest,
+            "rlbench.agent": label, **seed_tags(cfg), HASH_TAG: digest,
             "rlbench.alignment": cfg.task.alignment,
             "rlbench.git_commit": str(git["commit"]), "rlbench.git_dirty": str(git["dirty"]),
             **dict(cfg.tracking.tags)}

@@ -44,9 +44,12 @@ from harness.report.provenance import export_runs
 from harness.report.stats import Interval, interval, paired_interval
 
 BASELINES = ("qlearning", "qlearning_opt")  # Q-learning from scratch: Q₀ = 0 and optimistic
-ORDER = ("qlearning", "qlearning_opt", "single_best", "uniform", "lantern", "lantern_and",
-         "lantern_transplant")
-COLORS = {"qlearning": "tab:gray", "qlearning_opt": "black", "single_best": "tab:blue",
+ORDER = ("qlearning", "qlearning_opt", "qlearning_opt_aa", "single_best", "uniform", "lantern",
+         "lantern_and", "lantern_transplant")
+# qlearning_opt_aa: the A/A control (conf/lantern/sweep/targets_aa.yaml), qlearning_opt on seeds
+# of its own paired by block seed
+COLORS = {"qlearning": "tab:gray", "qlearning_opt": "black", "qlearning_opt_aa": "tab:brown",
+          "single_best": "tab:blue",
           "uniform": "tab:green", "lantern": "tab:red", "lantern_and": "tab:purple",
           "lantern_transplant": "tab:orange"}
 METRICS = (  # column, metric, digits
@@ -97,7 +100,8 @@ def _plot(path: Path, curves: dict[str, tuple[np.ndarray, np.ndarray]], title: s
     fig.savefig(path, format="png", metadata={"Software": None})
 
 
-COMMANDS = ("`rlbench sweep track=lantern sweep=targets`, "
+COMMANDS = ("`rlbench sweep track=lantern sweep=targets` and "
+            "`rlbench sweep track=lantern sweep=targets_aa` (the A/A control), "
             "then `rlbench board --track lantern --out leaderboards/lantern`.")
 
 

@@ -62,7 +62,8 @@ def test_index_names_the_commit_and_the_two_commands_and_the_runs_are_exported(t
     index = (tmp_path / "lb" / "README.md").read_text()
     assert f"Board built at commit `{'c' * 40}`." in index
     assert (f"- Reproduce (from the repository root, at the runs' commit `{'f' * 12}`): "
-            "`rlbench sweep track=lantern sweep=targets`, then `rlbench board --track lantern "
+            "`rlbench sweep track=lantern sweep=targets` and `rlbench sweep track=lantern "
+            "sweep=targets_aa` (the A/A control), then `rlbench board --track lantern "
             "--out leaderboards/lantern`.") in index
     export = tmp_path / "lb" / "office_cmo" / "runs.jsonl.gz"
     assert export in written

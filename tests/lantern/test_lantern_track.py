@@ -11,6 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from mlflow.tracking import MlflowClient
+from omegaconf import OmegaConf
 
 from harness.cli import main as cli_main
 from lantern.track import compose, run_cell
@@ -96,3 +97,30 @@ def test_bad_keys_and_values_name_the_key():
                           "tracking.enabled=false", *SMALL]))
     with pytest.raises(Exception, match=r"unknown DFA generator 'gpt'.*llm, template"):
         run_cell(compose(["dfa.generator=gpt", "tracking.enabled=false", *SMALL]))
+
+
+def test_an_aa_cell_is_paired_on_its_block_seed_and_a_plain_cell_hashes_as_before(tmp_path):
+    # conf/lantern/sweep/targets_aa.yaml: seed 12 trains on its own seed and is paired with the
+    # baseline's seed 2; a run without block_seed keeps the config hash it had before the key
+    # existed, so the committed boards' cells still skip
+    from harness.cell_plan import config_hash
+
+    aa = compose(["sweep=targets_aa", "agent=qlearning_opt", "seed=12", "tracking.enabled=false"])
+    assert aa.block_seed == 2 and aa.agent.label == "qlearning_opt_aa"
+    plain = compose(["agent=qlearning_opt", "seed=2"])
+    assert plain.block_seed is None
+    without_key = OmegaConf.to_container(plain, resolve=True)
+    del without_key["block_seed"]
+    assert config_hash(plain) == config_hash(without_key)
+    assert config_hash(OmegaConf.merge(plain, {"block_seed": 2})) != config_hash(plain)
+
+    uri = f"sqlite:///{tmp_path / 'mlruns.db'}"
+    run_cell(compose(["sweep=targets_aa", "agent=qlearning_opt", "seed=12",
+                      f"tracking.uri={uri}", *SMALL]))
+    (run,) = MlflowClient(uri).search_runs(
+        [MlflowClient(uri).get_experiment_by_name("lantern").experiment_id])
+    assert run.data.tags["rlbench.seed"] == "2" and run.data.tags["rlbench.train_seed"] == "12"
+    assert run.data.tags["rlbench.agent"] == "qlearning_opt_aa"
+    with pytest.raises(Exception, match=r"block_seed must be a seed label >= 0"):
+        run_cell(compose(["agent=qlearning_opt", "block_seed=-1", "tracking.enabled=false",
+                          *SMALL]))

@@ -22,7 +22,7 @@ from harness.report.board import build_leaderboards as _build
 from harness.report.config import BoardError, load_config
 from harness.report.provenance import reproduce
 from harness.report.tables import Run
-from harness.trainer import seed_tags
+from harness.tracking import seed_tags
 
 build_leaderboards = functools.partial(_build, allow_dirty=True, log_to_mlflow=False,
                                        export=False)
