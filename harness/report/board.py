@@ -55,6 +55,7 @@ from harness.report.budget import History, fill_budget
 from harness.report.collect import Group, collect, distinguishing_keys
 from harness.report.config import REPO, BoardConfig, BoardError, load_config
 from harness.report.controls import check_controls, csv_fields, head_lines, split_controls
+from harness.report.curves import fit_curve, plot_curve
 from harness.report.mlflow_log import log_leaderboard
 from harness.report.page import Page, commits_line, render_markdown
 from harness.report.plots import write_plots
@@ -300,6 +301,8 @@ def _write_group(client: MlflowClient, history: History, d: Path, title: str, gr
     verdict = judge(method, prim, cfg, edges=group.edges,
                     selected_on_reported=cfg.select is not None and not cfg.select.seeds)
     budget = fill_budget(history, rows, specs, cfg.interval_options)
+    curves = [fit_curve(rows, spec, cfg.confidence, cfg.plan.power) for spec in cfg.curves
+              if any(r.algorithm == spec.rows for r in rows)]
     rows = group.rows = _rank(rows, prim)
     _styles(rows)
     outside, within = distinguishing_keys(rows)
@@ -331,7 +334,10 @@ def _write_group(client: MlflowClient, history: History, d: Path, title: str, gr
                 *cfg.interval_options)) for c in grid], row.select))
     page = Page(title, page_head, rows, specs, _plots(history, d, title, rows, specs, cfg),
                 outside, within, selection, budget, group.duplicates, dict(group.excluded),
-                verdict, controls)
+                verdict, controls, curves)
+    titles = {dyn.key: dyn.title for dyn in DYNAMICS}
+    for curve in curves:
+        plot_curve(curve, d / curve.png, titles.get(curve.spec.y, curve.spec.y))
     records = table(rows, specs, cfg.confidence)
     comps = {c.row: c for c in verdict.analysis.comparisons}
     checks = controls.by_key()
@@ -348,7 +354,8 @@ def _write_group(client: MlflowClient, history: History, d: Path, title: str, gr
                 **csv_fields(controls, rec["row"])}
     (d / "leaderboard.md").write_text(render_markdown(page, cfg, default))
     (d / "leaderboard.csv").write_text(render_csv(records))
-    files = [d / "leaderboard.md", d / "leaderboard.csv", *(d / n for n, _ in page.plots)]
+    files = [d / "leaderboard.md", d / "leaderboard.csv", *(d / n for n, _ in page.plots),
+             *(d / c.png for c in curves)]
     if export:
         ids = [r.run_id for r in group.runs] + [r.run_id for _, _, rs in group.duplicates
                                                 for r in rs[:-1]]

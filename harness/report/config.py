@@ -11,7 +11,8 @@ from harness.config import CONF_DIR
 from harness.manifest import source_checkout
 from harness.typed_config import ConfigError
 
-__all__ = ["CONTROL_ROLES", "BoardConfig", "BoardError", "Plan", "Selection", "load_config"]
+__all__ = ["CONTROL_ROLES", "BoardConfig", "BoardError", "CurveSpec", "Plan", "Selection",
+           "load_config"]
 
 # What the paths a board page prints (its --out, --runs) are relative to: the checkout rlbench
 # runs from (harness.manifest.source_checkout), else the working directory, so an installed
@@ -41,6 +42,20 @@ class Selection:
     @property
     def eval_set(self) -> str:
         return self.metric.split("/", 1)[0]
+
+
+@dataclass(frozen=True)
+class CurveSpec:
+    """A response curve (harness/report/curves.py): the final metric ``y`` of the rows of
+    algorithm ``rows`` against their runs' config key ``x``, ``baseline`` drawn as a band and
+    ``identity`` the line y = x."""
+
+    name: str
+    rows: str
+    x: str
+    y: str
+    baseline: str | None = None
+    identity: bool = False
 
 
 CONTROL_ROLES = ("positive", "aa")  # a handicapped baseline; the baseline on other seeds
@@ -79,6 +94,7 @@ class BoardConfig:
     # its Reproduce line, in place of one `rlbench sweep`
     reproduce: str | None = None
     limits: dict[str, str] = field(default_factory=dict)  # sweep -> what its recipe cannot show
+    curves: tuple[CurveSpec, ...] = ()  # response curves, declared before the board is read
     confidence: float = 0.95
     smooth: int = 5
     final_window: int = 10
@@ -142,11 +158,12 @@ def load_config(path: str | Path | None = None, variant: tuple[str, ...] = ()) -
                            str(select["metric"]), bool(select.get("higher", True)),
                            tuple(str(s) for s in select.get("seeds") or ()))
     plan = _plan(raw.pop("plan", None) or {}, p.name)
+    curves = _curves(raw.pop("curves", None) or [], p.name)
     if not isinstance(raw.get("reproduce") or "", str):
         raise BoardError(f"board config {p.name}: reproduce must be one command line (the "
                          "sweeps' driver), e.g. python benchmarks/offpolicy_testbed.py ...")
     cfg = BoardConfig(**raw, pairs={str(k): v for k, v in pairs.items()}, variant=fields_,
-                      select=select, plan=plan,
+                      select=select, plan=plan, curves=curves,
                       limits={str(k): " ".join(v.split()) for k, v in
                                              limits.items()}, source=_shown_path(p))
     if not 0.0 < cfg.confidence < 1.0:
@@ -172,6 +189,24 @@ def _plan(raw: object, name: str) -> Plan:
     if not (0.0 < plan.alpha < 1.0 and 0.0 < plan.power < 1.0):
         raise BoardError(f"board config {name}: plan.alpha and plan.power must be in (0, 1)")
     return plan
+
+
+def _curves(raw: object, name: str) -> tuple[CurveSpec, ...]:
+    """``curves``: a list of {name, rows, x, y[, baseline][, identity]} (CurveSpec)."""
+    need, optional = {"name", "rows", "x", "y"}, {"baseline", "identity"}
+    if not isinstance(raw, list) or not all(
+            isinstance(c, dict) and need <= set(c) and not set(c) - need - optional
+            and all(isinstance(c[k], str) and c[k] for k in need) for c in raw):
+        raise BoardError(f"board config {name}: curves must be a list of {{name, rows (an "
+                         "algorithm), x (a config key, e.g. algorithm.rollout.target_entropy), "
+                         "y (a final metric, e.g. token_entropy)[, baseline (a row)][, identity: "
+                         f"true]}}; got {raw!r}")
+    names = [c["name"] for c in raw]
+    if len(set(names)) < len(names):
+        raise BoardError(f"board config {name}: two curves named alike in {names}")
+    return tuple(CurveSpec(str(c["name"]), str(c["rows"]), str(c["x"]), str(c["y"]),
+                           None if c.get("baseline") is None else str(c["baseline"]),
+                           bool(c.get("identity", False))) for c in raw)
 
 
 def _controls(raw: object, name: str) -> dict[str, dict[str, str]]:

@@ -12,6 +12,8 @@ from harness.report.budget import TOLERANCE, Budget
 from harness.report.config import BoardConfig
 from harness.report.controls import Controls
 from harness.report.controls import section as controls_section
+from harness.report.curves import Curve
+from harness.report.curves import section as curves_section
 from harness.report.stats import Interval
 from harness.report.tables import (
     Row,
@@ -48,6 +50,7 @@ class Page:
     excluded: dict[str, int] = field(default_factory=dict)
     verdict: Verdict = field(default_factory=lambda: Verdict(None, Analysis()))
     controls: Controls = field(default_factory=Controls)
+    curves: list[Curve] = field(default_factory=list)  # response curves (curves.py)
 
 
 def notes_text(cfg: BoardConfig, default: str) -> dict[str, str]:
@@ -212,6 +215,7 @@ def render_markdown(page: Page, cfg: BoardConfig, default: str) -> str:
     lines += ["", "## Quality (final)", "", notes["quality"], ""]
     lines += quality_table(rows, specs) if specs else ["No `final/<set>/pass_at_<k>` metrics."]
     lines += controls_section(page.controls) + primary_section(page.verdict, cfg)
+    lines += curves_section(page.curves, cfg.confidence)
     lines += ["", "## Paired differences vs baseline (secondary, descriptive)", "",
               notes["paired"], ""]
     lines += paired_table(rows, specs, cfg.confidence)
