@@ -6,10 +6,10 @@ Reads the FINISHED runs tagged ``rlbench.kind=lantern`` of the experiment, group
 task (``rlbench.task``) and writes, per task, ``<task>/leaderboard.md`` / ``.csv`` (one row per
 agent: seeds, episodes and environment steps to the success threshold, how many seeds reached it,
 normalised area under the eval-success curve, final success — each the mean with a 95% interval
-over seeds: Student-t below 10 seeds, a seeded percentile bootstrap from 10 on, as
-``harness.report.stats.interval`` — and the paired difference per seed against Q-learning from
-scratch, ``†`` when its interval excludes 0) and ``<task>/success.png`` (greedy eval success vs
-episode, mean over seeds with a min-max band); then ``README.md``, the index over tasks with the
+over seeds, Student-t at every number of seeds as ``harness.report.stats.interval`` — and
+the paired difference per seed against Q-learning from scratch, ``†`` when its interval excludes
+0) and ``<task>/success.png`` (greedy eval success vs episode, mean over seeds with a min-max
+band); then ``README.md``, the index over tasks with the
 semantic similarity of each task's sources. A seed that never reached the threshold counts the
 whole budget (a lower bound: such cells carry ``*``). Each task's leaderboard is also logged as an
 MLflow run (``rlbench.kind=leaderboard``, ``harness.report.mlflow_log``).
@@ -185,11 +185,10 @@ def _task_board(client: MlflowClient, task: str, runs: list, out: Path) -> tuple
           f"{meta['episodes']} episodes; threshold: greedy eval success ≥ {meta['threshold']}.",
           "", "| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     md += ["| " + " | ".join(c) + " |" for c in rows]
-    md += ["", "Mean [95% interval] over seeds (percentile bootstrap from 10 seeds, Student-t "
-           "below). Δ: paired per seed, agent − baseline (negative episodes = fewer needed; % of "
-           "the baseline's mean); "
-           "† the interval excludes 0. * some seeds never reached the threshold and count the "
-           "whole budget (a lower bound).", "", "![success](success.png)", ""]
+    md += ["", "Mean [95% Student-t interval] over seeds. Δ: paired per seed, agent − baseline "
+           "(negative episodes = fewer needed; % of the baseline's mean); † the interval "
+           "excludes 0. * some seeds never reached the threshold and count the whole budget "
+           "(a lower bound).", "", "![success](success.png)", ""]
     if duplicates:
         md += ["## Duplicate runs", "", "Cells run more than once (same agent and seed): the "
                "newest run is used, the others are left out, never pooled.", ""]
