@@ -151,13 +151,16 @@ def test_every_committed_board_names_an_existing_sweep():
             assert (ROOT / driver.group(1)).is_file(), board
             assert any((ROOT / "leaderboards" / board).glob("**/runs.jsonl.gz")), board
             continue
-        found = re.search(r"Reproduce \(from the repository root[^)]*\): `rlbench sweep "
-                          r"(?:track=(\w+) )?sweep=(\w+)`, then `rlbench board [^`]*--out "
-                          r"leaderboards/" + re.escape(board), readme)
+        # one sweep, or several joined by "and" (the LANTERN track's targets and its A/A)
+        found = re.search(r"Reproduce \(from the repository root[^)]*\): ((?:`rlbench sweep "
+                          r"(?:track=\w+ )?sweep=\w+`(?: \([^)]*\))?(?: and )?)+), then "
+                          r"`rlbench board [^`]*--out leaderboards/" + re.escape(board), readme)
         assert found, board
-        track, sweep = found.groups()  # a track's sweeps live in conf/<track>/sweep/
-        assert sweep in (sweeps if track is None else
-                         {p.stem for p in (ROOT / "conf" / track / "sweep").glob("*.yaml")}), board
+        for track, sweep in re.findall(r"`rlbench sweep (?:track=(\w+) )?sweep=(\w+)`",
+                                       found.group(1)):
+            # a track's sweeps live in conf/<track>/sweep/
+            assert sweep in (sweeps if not track else {
+                p.stem for p in (ROOT / "conf" / track / "sweep").glob("*.yaml")}), board
         assert any((ROOT / "leaderboards" / board).glob("**/runs.jsonl.gz")), board
 
 
@@ -290,7 +293,8 @@ def test_reproduce_names_a_commit_only_when_every_run_shares_one_clean_commit():
 # listed with its own commit: every run of it must be there, and the list should shrink to none.
 ONE_COMMIT = "28e09c2536ef"
 REGENERATED = {"testbed-offpolicy": "7f24700f898f",  # tuned on disjoint seeds, 10 seeds
-               "suite": "ef56388a0766"}  # the suite, in progress: every cell at one commit
+               "suite": "ef56388a0766",  # the suite, in progress: every cell at one commit
+               "lantern": "f46a5940c1a5"}  # with its A/A control
 
 
 def test_every_committed_board_has_its_runs_at_one_clean_commit():
