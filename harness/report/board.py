@@ -301,7 +301,9 @@ def _write_group(client: MlflowClient, history: History, d: Path, title: str, gr
     verdict = judge(method, prim, cfg, edges=group.edges,
                     selected_on_reported=cfg.select is not None and not cfg.select.seeds)
     budget = fill_budget(history, rows, specs, cfg.interval_options)
-    curves = [fit_curve(rows, spec, cfg.confidence, cfg.plan.power) for spec in cfg.curves
+    sweeps = sorted({r.sweep for r in group.runs})
+    curves = [fit_curve(rows, spec, cfg.confidence, cfg.plan.power)
+              for spec in dict.fromkeys(s for w in sweeps for s in cfg.curves.get(w, ()))
               if any(r.algorithm == spec.rows for r in rows)]
     rows = group.rows = _rank(rows, prim)
     _styles(rows)

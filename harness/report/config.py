@@ -94,7 +94,8 @@ class BoardConfig:
     # its Reproduce line, in place of one `rlbench sweep`
     reproduce: str | None = None
     limits: dict[str, str] = field(default_factory=dict)  # sweep -> what its recipe cannot show
-    curves: tuple[CurveSpec, ...] = ()  # response curves, declared before the board is read
+    # per named sweep, the response curves its pages draw (declared before the board is read)
+    curves: dict[str, tuple[CurveSpec, ...]] = field(default_factory=dict)
     confidence: float = 0.95
     smooth: int = 5
     final_window: int = 10
@@ -158,7 +159,7 @@ def load_config(path: str | Path | None = None, variant: tuple[str, ...] = ()) -
                            str(select["metric"]), bool(select.get("higher", True)),
                            tuple(str(s) for s in select.get("seeds") or ()))
     plan = _plan(raw.pop("plan", None) or {}, p.name)
-    curves = _curves(raw.pop("curves", None) or [], p.name)
+    curves = _curves(raw.pop("curves", None) or {}, p.name)
     if not isinstance(raw.get("reproduce") or "", str):
         raise BoardError(f"board config {p.name}: reproduce must be one command line (the "
                          "sweeps' driver), e.g. python benchmarks/offpolicy_testbed.py ...")
@@ -191,22 +192,32 @@ def _plan(raw: object, name: str) -> Plan:
     return plan
 
 
-def _curves(raw: object, name: str) -> tuple[CurveSpec, ...]:
-    """``curves``: a list of {name, rows, x, y[, baseline][, identity]} (CurveSpec)."""
+def _curves(raw: object, name: str) -> dict[str, tuple[CurveSpec, ...]]:
+    """``curves``: per named sweep (conf/sweep/), a list of {name, rows, x, y[, baseline][,
+    identity]} (CurveSpec): a page draws the curves of the sweeps its runs came from."""
     need, optional = {"name", "rows", "x", "y"}, {"baseline", "identity"}
-    if not isinstance(raw, list) or not all(
-            isinstance(c, dict) and need <= set(c) and not set(c) - need - optional
-            and all(isinstance(c[k], str) and c[k] for k in need) for c in raw):
-        raise BoardError(f"board config {name}: curves must be a list of {{name, rows (an "
-                         "algorithm), x (a config key, e.g. algorithm.rollout.target_entropy), "
-                         "y (a final metric, e.g. token_entropy)[, baseline (a row)][, identity: "
-                         f"true]}}; got {raw!r}")
-    names = [c["name"] for c in raw]
-    if len(set(names)) < len(names):
-        raise BoardError(f"board config {name}: two curves named alike in {names}")
-    return tuple(CurveSpec(str(c["name"]), str(c["rows"]), str(c["x"]), str(c["y"]),
-                           None if c.get("baseline") is None else str(c["baseline"]),
-                           bool(c.get("identity", False))) for c in raw)
+
+    def good(c: object) -> bool:
+        return isinstance(c, dict) and need <= set(c) and not set(c) - need - optional \
+            and all(isinstance(c[k], str) and c[k] for k in need)
+
+    if not isinstance(raw, dict) or not all(isinstance(v, list) and all(good(c) for c in v)
+                                            for v in raw.values()):
+        raise BoardError(f"board config {name}: curves must map a sweep name (conf/sweep/) to a "
+                         "list of {name, rows (an algorithm), x (a config key, e.g. "
+                         "algorithm.rollout.target_entropy), y (a final metric, e.g. "
+                         f"token_entropy)[, baseline (a row)][, identity: true]}}; got {raw!r}")
+    out = {}
+    for sweep, specs in raw.items():
+        names = [c["name"] for c in specs]
+        if len(set(names)) < len(names):
+            raise BoardError(f"board config {name}: curves.{sweep}: two curves named alike in "
+                             f"{names}")
+        out[str(sweep)] = tuple(CurveSpec(str(c["name"]), str(c["rows"]), str(c["x"]),
+                                          str(c["y"]), None if c.get("baseline") is None
+                                          else str(c["baseline"]),
+                                          bool(c.get("identity", False))) for c in specs)
+    return out
 
 
 def _controls(raw: object, name: str) -> dict[str, dict[str, str]]:

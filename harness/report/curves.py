@@ -14,15 +14,17 @@ power, MDE_b = (t_{1-alpha/2, df} + t_{power, df}) * SE(b). Held at the target, 
 b = 0. The plot shows each row's mean and interval against x, the line y = x (the target itself)
 and the baseline row's interval as a band (GRPO's entropy, left alone).
 
-Declared per board config (``curves:``, conf/board/*.yaml)::
+Declared in the board config per named sweep (``curves:``, conf/board/*.yaml); a page draws
+the curves of the sweeps its runs came from::
 
     curves:
-      - name: entropy_vs_target           # the PNG's name and the section's title
-        rows: arbitrary_entropy           # the algorithm whose rows make the curve
-        x: algorithm.rollout.target_entropy   # a config key of their runs
-        y: token_entropy                  # a final metric (final/<y>)
-        baseline: grpo                    # a row drawn as a band (optional)
-        identity: true                    # draw y = x (optional)
+      entropy_targets:                      # the named sweep (tag rlbench.sweep)
+        - name: entropy_vs_target           # the PNG's name and the section's title
+          rows: arbitrary_entropy           # the algorithm whose rows make the curve
+          x: algorithm.rollout.target_entropy   # a config key of their runs
+          y: token_entropy                  # a final metric (final/<y>)
+          baseline: grpo                    # a row drawn as a band (optional)
+          identity: true                    # draw y = x (optional)
 """
 
 from __future__ import annotations

@@ -25,12 +25,13 @@ SEEDS = (0, 1, 2, 3, 4)
 SEED_SHIFT = (0.02, -0.01, 0.0, 0.015, -0.025)  # every row of a seed alike: blocked out
 JITTER = np.random.default_rng(3).normal(0.0, 0.01, (len(TARGETS) + 1, len(SEEDS)))
 CURVE = """curves:
-  - name: entropy_vs_target
-    rows: arbitrary_entropy
-    x: algorithm.rollout.target_entropy
-    y: token_entropy
-    baseline: grpo
-    identity: true
+  entropy_targets:
+    - name: entropy_vs_target
+      rows: arbitrary_entropy
+      x: algorithm.rollout.target_entropy
+      y: token_entropy
+      baseline: grpo
+      identity: true
 """
 
 
@@ -139,21 +140,25 @@ def test_a_curve_row_without_one_value_of_its_key_is_refused(store):
         _page(store, "missing")
 
 
-def test_a_board_without_curves_has_no_curve_section(store):
+def test_a_board_without_curves_for_its_sweep_has_no_curve_section(store):
     root, uri = store
-    out = root / "plain"
-    build_leaderboards(uri, "follows", out)
-    md = (out / "countdown-tiny" / "tiny" / "leaderboard.md").read_text()
-    assert "## Response curves" not in md
-    assert not (out / "countdown-tiny" / "tiny" / "entropy_vs_target.png").exists()
+    (root / "other.yaml").write_text(CURVE.replace("entropy_targets:", "rollout_testbed:"))
+    for name, config in (("plain", None), ("other_sweep", root / "other.yaml")):
+        out = root / name
+        build_leaderboards(uri, "follows", out, config=config)
+        md = (out / "countdown-tiny" / "tiny" / "leaderboard.md").read_text()
+        assert "## Response curves" not in md
+        assert not (out / "countdown-tiny" / "tiny" / "entropy_vs_target.png").exists()
 
 
-@pytest.mark.parametrize("bad", ["curves: {name: x}", "curves: [{name: a, rows: b, x: c}]",
-                                 "curves: [{name: a, rows: b, x: c, y: d, colour: red}]",
-                                 "curves: [{name: a, rows: b, x: c, y: d}, "
-                                 "{name: a, rows: e, x: f, y: g}]"])
+@pytest.mark.parametrize("bad", ["curves: [{name: a, rows: b, x: c, y: d}]",
+                                 "curves: {s: {name: x}}",
+                                 "curves: {s: [{name: a, rows: b, x: c}]}",
+                                 "curves: {s: [{name: a, rows: b, x: c, y: d, colour: red}]}",
+                                 "curves: {s: [{name: a, rows: b, x: c, y: d}, "
+                                 "{name: a, rows: e, x: f, y: g}]}"])
 def test_a_malformed_curves_key_names_what_it_takes(tmp_path, bad):
     p = tmp_path / "board.yaml"
     p.write_text(bad + "\n")
-    with pytest.raises(BoardError, match=r"curves must be a list of|two curves named alike"):
+    with pytest.raises(BoardError, match=r"curves must map a sweep name|two curves named alike"):
         load_config(p)
