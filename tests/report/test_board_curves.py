@@ -140,15 +140,21 @@ def test_a_curve_row_without_one_value_of_its_key_is_refused(store):
         _page(store, "missing")
 
 
-def test_a_board_without_curves_for_its_sweep_has_no_curve_section(store):
+def test_a_board_draws_only_the_curves_its_runs_sweep_declares(store):
     root, uri = store
     (root / "other.yaml").write_text(CURVE.replace("entropy_targets:", "rollout_testbed:"))
-    for name, config in (("plain", None), ("other_sweep", root / "other.yaml")):
+    (root / "none.yaml").write_text("baseline: grpo\n")
+    for name, config in (("no_curves", root / "none.yaml"), ("other_sweep", root / "other.yaml")):
         out = root / name
         build_leaderboards(uri, "follows", out, config=config)
         md = (out / "countdown-tiny" / "tiny" / "leaderboard.md").read_text()
         assert "## Response curves" not in md
         assert not (out / "countdown-tiny" / "tiny" / "entropy_vs_target.png").exists()
+    # the shipped default (conf/board/default.yaml) declares the entropy testbed's curve
+    out = root / "default"
+    build_leaderboards(uri, "follows", out)
+    assert "### entropy_vs_target" in (out / "countdown-tiny" / "tiny" / "leaderboard.md"
+                                      ).read_text()
 
 
 @pytest.mark.parametrize("bad", ["curves: [{name: a, rows: b, x: c, y: d}]",
