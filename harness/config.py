@@ -258,6 +258,15 @@ def _sub(a: Any, b: Any) -> int:
 OmegaConf.register_new_resolver("rlbench.sub", _sub, replace=True)
 
 
+def check_block_seed(cfg: Any) -> None:
+    """``block_seed`` (the LLM loop's and the LANTERN track's configs): null or a seed label
+    >= 0; absent from a config saved before the key existed."""
+    block = cfg.get("block_seed")
+    if block is not None and block < 0:
+        raise ConfigError(f"block_seed must be a seed label >= 0 (the baseline's seed this run "
+                          f"is paired with) or null, got {block}")
+
+
 def plugin_searchpath() -> list[str]:
     """Config packages of installed plugins (entry-point group ``rlbench.conf``, values such as
     ``my_plugin.conf``), so a plugin's ``algorithm/<name>.yaml`` joins the config groups."""
@@ -352,10 +361,7 @@ def validate_config(cfg: DictConfig, *, hardware: bool = True) -> RunParts:
         value = OmegaConf.select(cfg, key)
         if value is not None and value < 1:  # data.max_prompt_length may be null
             raise ConfigError(f"{key} must be >= 1, got {value}")
-    block = cfg.get("block_seed")  # absent from a config saved before the key existed
-    if block is not None and block < 0:
-        raise ConfigError(f"block_seed must be a seed label >= 0 (the baseline's seed this run "
-                          f"is paired with) or null, got {block}")
+    check_block_seed(cfg)
     if cfg.rollout.temperature <= 0:
         raise ConfigError(f"rollout.temperature must be > 0, got {cfg.rollout.temperature}")
     if cfg.trainer.rollout_correction.cap <= 0:

@@ -40,7 +40,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from harness.cell_plan import HASH_TAG, config_hash
 from harness.config import CONF_DIR as _HARNESS_CONF
-from harness.config import TrackingConfig
+from harness.config import TrackingConfig, check_block_seed
 from harness.typed_config import ConfigError, build
 from lantern.agent import AGENTS, LanternAgent, QLearningAgent, Source, TransferContext
 from lantern.dfa import DFA_GENERATORS, Dfa, DfaValidationError, dfa_to_json
@@ -265,9 +265,7 @@ def run_cell(cfg: DictConfig) -> dict[str, float] | None:
         raise ConfigError(f"track={cfg.track!r}: this runner is the {KIND!r} track")
     if cfg.train.episodes < 1 or cfg.eval.every < 1 or cfg.eval.episodes < 1:
         raise ConfigError("train.episodes, eval.every and eval.episodes must be >= 1")
-    if cfg.get("block_seed") is not None and cfg.block_seed < 0:
-        raise ConfigError(f"block_seed must be a seed label >= 0 (the baseline's seed this run "
-                          f"is paired with) or null, got {cfg.block_seed}")
+    check_block_seed(cfg)
     agent = build_agent(cfg.agent)
     label = agent_label(cfg.agent)
     tracker = Tracker(cfg.tracking.uri, cfg.tracking.experiment, cfg.tracking.enabled)
