@@ -32,8 +32,8 @@ from omegaconf import OmegaConf
 
 from harness.checkpoint import latest_checkpoint
 from harness.claims import Claim, claim_cell
+from harness.tracking import HASH_TAG  # the tag a finished cell is found by
 
-HASH_TAG = "rlbench.config_hash"
 # Keys that do not change what a run computes (dotted paths into the resolved config).
 NON_SEMANTIC_KEYS = (
     "tracking",

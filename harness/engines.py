@@ -108,3 +108,34 @@ class RolloutEngine(Protocol):
     def sleep(self) -> None:
         """Free accelerator memory until the next ``update_weights`` or ``generate``."""
         return None
+
+
+def build_engines(cfg: Any, model_path: Path, need_reference: bool
+                  ) -> tuple[TrainEngine, RolloutEngine]:
+    """The cell's train engine and the rollout engine that samples for it (the same object when
+    ``backend.rollout == backend.train``). With separate engines the rollout engine starts first
+    (vLLM sizes its memory from what is free when it starts) and is refused unless it can take
+    the train engine's weights; it then starts from them. ``model.chat_template`` replaces the
+    tokenizer's on both."""
+    from harness.registry import BACKENDS
+    from harness.typed_config import ConfigError
+
+    rollout: RolloutEngine | None = None
+    if cfg.backend.rollout != cfg.backend.train:
+        rollout_cls = BACKENDS.get(cfg.backend.rollout)
+        if not rollout_cls.receives_weights:
+            raise ConfigError(
+                f"backend.rollout={cfg.backend.rollout!r} cannot take weights from "
+                f"backend.train={cfg.backend.train!r}; use the same engine for both")
+        rollout = rollout_cls(model_path, cfg.backend, cfg.seed)
+    train = BACKENDS.get(cfg.backend.train)(
+        model_path, cfg.backend, cfg.seed, cfg.trainer.optim, total_steps=cfg.trainer.steps,
+        need_reference=need_reference, attn_implementation=cfg.model.attn_implementation)
+    if rollout is None:
+        rollout = train
+    else:
+        rollout.update_weights(train)  # it starts without real weights
+    if cfg.model.chat_template:
+        for engine in {id(train): train, id(rollout): rollout}.values():
+            engine.tokenizer.chat_template = cfg.model.chat_template
+    return train, rollout

@@ -39,6 +39,8 @@ from harness.config import flatten
 MAX_PARAM_VALUE = 6000
 EXPERIMENT_KIND = ("mlflow.experimentKind", "custom_model_development")
 
+HASH_TAG = "rlbench.config_hash"  # a cell's config hash (harness/cell_plan.py)
+
 
 def resolve_tracking_uri(uri: str | None) -> str:
     if uri:
@@ -129,6 +131,27 @@ def seed_tags(cfg: Any) -> dict[str, str]:
     block = cfg.get("block_seed")
     return {"rlbench.seed": str(cfg.seed if block is None else block),
             "rlbench.train_seed": str(cfg.seed)}
+
+
+def run_tags(cfg: Any, config_hash: str, output_dir: Path) -> dict[str, str]:
+    """The tags of a training run: what a board groups and pairs on (algorithm, task, model,
+    seed), the cell's config hash (how a finished cell is found again), and what made the numbers
+    (the commit, and the CPU: kernels differ across CPUs, docs/suite.md "Machines"). The user's
+    ``tracking.tags`` last."""
+    from harness.manifest import cpu_label, git_label  # torch is heavy: only when a run starts
+
+    return {
+        "rlbench.algorithm": cfg.algorithm.name, "rlbench.task": cfg.task.name,
+        "rlbench.task_variant": str(cfg.task.get("variant", "")),
+        "rlbench.model": cfg.model.name, **seed_tags(cfg),
+        "rlbench.backend": cfg.backend.name,
+        "rlbench.temperature": str(cfg.rollout.temperature),
+        "rlbench.output_dir": str(output_dir.resolve()),
+        HASH_TAG: config_hash, "rlbench.kind": "train",
+        "rlbench.git_commit": git_label(),
+        "rlbench.cpu": cpu_label(),
+        **{k: str(v) for k, v in cfg.tracking.tags.items()},
+    }
 
 
 def source_tags() -> dict[str, str]:

@@ -46,7 +46,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from harness.algorithm import Algorithm
 from harness.batch import RolloutBatch
-from harness.cell_plan import HASH_TAG, CellPlan, plan_cell
+from harness.cell_plan import CellPlan, plan_cell
 from harness.checkpoint import (
     prune_checkpoints,
     restore_rng_state,
@@ -55,12 +55,12 @@ from harness.checkpoint import (
     seed_everything,
 )
 from harness.config import RunParts, resolve_defaults, validate_config
-from harness.engines import RolloutEngine, TrainEngine
+from harness.engines import RolloutEngine, TrainEngine, build_engines
 from harness.evaluation import at_marks, check_eval_sets, evaluate
 from harness.ledger import LoopState, timed, upgrade_state
-from harness.manifest import build_manifest, cpu_label, git_label
+from harness.manifest import build_manifest
 from harness.prompts import fit_data
-from harness.registry import BACKENDS, MODELS
+from harness.registry import MODELS
 from harness.rollout import PromptSampler, RolloutContext, on_policy_rows, rollout_metrics
 from harness.rollout_correction import apply_rollout_correction
 from harness.run_status import (
@@ -73,8 +73,7 @@ from harness.run_status import (
 )
 from harness.summary import eval_summary
 from harness.task import Task
-from harness.tracking import Tracker, seed_tags
-from harness.typed_config import ConfigError
+from harness.tracking import Tracker, run_tags
 from harness.types import SamplingParams
 
 log = logging.getLogger("rlbench")
@@ -144,27 +143,8 @@ class Trainer:
         ledger.warm_start_s = time.perf_counter() - t0
         ledger.exclude(ledger.warm_start_s)  # the run's own wall time starts after it
         self.separate_engines = cfg.backend.rollout != cfg.backend.train
-        if self.separate_engines:
-            # the rollout engine first: vLLM sizes its memory from what is free when it starts
-            rollout_cls = BACKENDS.get(cfg.backend.rollout)
-            if not rollout_cls.receives_weights:
-                raise ConfigError(
-                    f"backend.rollout={cfg.backend.rollout!r} cannot take weights from "
-                    f"backend.train={cfg.backend.train!r}; use the same engine for both")
-            self.rollout_engine = rollout_cls(self.model_path, cfg.backend, cfg.seed)
-        engine_cls = BACKENDS.get(cfg.backend.train)
-        self.engine = engine_cls(self.model_path, cfg.backend, cfg.seed, cfg.trainer.optim,
-                                 total_steps=cfg.trainer.steps,
-                                 need_reference=self.algorithm.needs_reference,
-                                 attn_implementation=cfg.model.attn_implementation)
-        if self.separate_engines:
-            self.rollout_engine.update_weights(self.engine)  # it starts without real weights
-        else:
-            self.rollout_engine = self.engine
-        if cfg.model.chat_template:  # the model config's template replaces the tokenizer's
-            for engine in {id(self.engine): self.engine, id(self.rollout_engine):
-                           self.rollout_engine}.values():
-                engine.tokenizer.chat_template = cfg.model.chat_template
+        self.engine, self.rollout_engine = build_engines(cfg, self.model_path,
+                                                         self.algorithm.needs_reference)
         # every prompt checked against the model before anything trains (harness/prompts.py)
         data = fit_data(cfg, self.rollout_engine, self.model_path, self.task,
                         evals=cfg.trainer.eval_every > 0 or bool(cfg.trainer.eval_at_tokens))
@@ -176,18 +156,7 @@ class Trainer:
             entropy=cfg.rollout.entropy,
         )
         resumed = self._load_resume(self.plan) if self.plan.action == "resume" else None
-        tags = {
-            "rlbench.algorithm": cfg.algorithm.name, "rlbench.task": cfg.task.name,
-            "rlbench.task_variant": str(cfg.task.get("variant", "")),
-            "rlbench.model": cfg.model.name, **seed_tags(cfg),
-            "rlbench.backend": cfg.backend.name,
-            "rlbench.temperature": str(cfg.rollout.temperature),
-            "rlbench.output_dir": str(self.output_dir.resolve()),
-            HASH_TAG: self.plan.config_hash, "rlbench.kind": "train",
-            "rlbench.git_commit": git_label(),  # the code the run was made with
-            "rlbench.cpu": cpu_label(),  # and the kernels: numbers differ across CPUs
-            **{k: str(v) for k, v in cfg.tracking.tags.items()},
-        }
+        tags = run_tags(cfg, self.plan.config_hash, self.output_dir)
         self.tracker.start(self.run_name, tags, run_id=self.plan.run_id)
         if self.plan.claim is not None:
             self.plan.claim.note_run(self.tracker.run_id)

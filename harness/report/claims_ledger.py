@@ -15,6 +15,8 @@ Verdict rules, in order (docs/claims/README.md states the same):
    (the ``primary_*`` columns of a page whose "Confirmatory" line says it is; on a track board,
    the paired interval, the test the LANTERN claim declares) and it is not identical to its
    baseline. Any other row is printed as a descriptive paired interval and decides nothing.
+   A response curve's slope (a ``curve`` entry; harness/report/curves.py) decides like a row
+   when its y is the claim's primary metric: b against 0, C the entry's ``claimed`` slope.
 4. **Controls**: a page's rows decide only when its evidence entry names a positive control row
    that the page detects (significant, against the claimed direction) and an A/A row that it does
    not. Otherwise the rows read "controls not run" (or "controls failed") and cannot give
@@ -35,7 +37,7 @@ import csv
 import math
 import os
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import yaml
@@ -97,6 +99,9 @@ class Page:
     # the page's own controls line (harness/report/controls.py), e.g. "controls passed";
     # "" on a page whose board declares none
     declared_controls: str = ""
+    # its response curves' slope lines (harness/report/curves.py), by curve name: estimate,
+    # interval, SE, p, MDE and the runs in the fit, as printed
+    curves: dict[str, dict[str, str]] = field(default_factory=dict)
 
 
 @dataclass
@@ -115,6 +120,15 @@ class Reading:
     blocked: str = ""  # why the row cannot decide ("" = it decides)
     result: str = ""  # SHOWN / NOT_SHOWN / INCONCLUSIVE where it decides or would
     mean: float = math.nan  # the row's own mean on the metric
+
+
+# a response curve's section on a page (harness/report/curves.py ``section``): its title, then
+# after its table the slope line
+CURVE_LINE = re.compile(
+    r"^### (?P<name>[\w.-]+): `final/(?P<y>[\w./-]+)` against `(?P<x>[\w./-]+)`\n"
+    r"(?:(?!### ).*\n)*?- Slope: \*\*(?P<est>[-+.\d]+)\*\* \[(?P<low>[-+.\d]+), "
+    r"(?P<high>[-+.\d]+)\], SE (?P<se>[.\d]+), p (?P<p>[-+.\de]+), MDE (?P<mde>[.\d]+) "
+    r"\((?P<n>\d+) runs", re.M)
 
 
 def _num(x: str | None) -> float:
@@ -142,7 +156,8 @@ def read_page(root: Path, board: str, where: str) -> Page:
     return Page(board, {r["agent" if track else "row"]: r for r in records}, track,
                 status[1] if status else "", prim[1] if prim else "",
                 repro[1] if repro else f"no Reproduce line in {readme.relative_to(root)}",
-                declared[1] if declared else "")
+                declared[1] if declared else "",
+                {m["name"]: m.groupdict() for m in CURVE_LINE.finditer(md)})
 
 
 def load_claims(root: Path, folder: str = "docs/claims") -> tuple[list[dict], dict[str, Page]]:
@@ -168,9 +183,15 @@ def load_claims(root: Path, folder: str = "docs/claims") -> tuple[list[dict], di
                 raise LedgerError(f"{name}: {key}: missing")
         for i, ev in enumerate(entry["evidence"]):
             where = f"{name}: evidence[{i}]"
+            if isinstance(ev, dict) and "curve" in ev:
+                page = pages.get(ev["board"]) or read_page(root, str(ev["board"]), where)
+                pages[page.path] = page
+                _check_curve(page, ev, where)
+                continue
             if not isinstance(ev, dict) or not {"board", "rows", "metric"} <= set(ev) \
                     or not isinstance(ev["rows"], list) or not ev["rows"]:
-                raise LedgerError(f"{where}: needs board, rows (a list) and metric")
+                raise LedgerError(f"{where}: needs board, rows (a list) and metric (or board, "
+                                  "curve, metric and claimed for a response curve)")
             page = pages.get(ev["board"]) or read_page(root, str(ev["board"]), where)
             pages[page.path] = page
             for row in [*ev["rows"], *(ev.get("controls") or {}).values()]:
@@ -186,6 +207,30 @@ def load_claims(root: Path, folder: str = "docs/claims") -> tuple[list[dict], di
                                   f"{page.path}/leaderboard.csv")
         claims.append({**entry, "stem": path.stem})
     return claims, pages
+
+
+def _check_curve(page: Page, ev: dict, where: str) -> None:
+    """A curve entry: ``{board, curve, metric, claimed}``, the page drawing that curve of that
+    metric with a fitted slope, and the slope the claim predicts."""
+    if not {"board", "curve", "metric", "claimed"} <= set(ev) or isinstance(
+            ev["claimed"], bool) or not isinstance(ev["claimed"], int | float):
+        raise LedgerError(f"{where}: a curve entry needs board, curve, metric and claimed (the "
+                          "slope the claim predicts, a number)")
+    found = page.curves.get(str(ev["curve"]))
+    if found is None or found["y"] != ev["metric"]:
+        raise LedgerError(f"{where}.curve: no fitted curve {ev['curve']!r} of "
+                          f"final/{ev['metric']} on {page.path}/leaderboard.md (its curves: "
+                          f"{', '.join(sorted(page.curves)) or 'none'})")
+
+
+def read_curve(page: Page, ev: dict) -> Reading:
+    """A response curve's slope, read from its page: b against 0 (no response), significant
+    when its interval excludes 0."""
+    c = page.curves[ev["curve"]]
+    r = Reading(f"slope of {ev['curve']}", "0 (no response)", f"{c['n']} runs",
+                *(_num(c[k]) for k in ("est", "low", "high", "p", "mde")))
+    r.significant = r.low > 0 or r.high < 0
+    return r
 
 
 def claimed_effect(claim: dict, page: Page, ev: dict, base: str) -> tuple[float | None, str]:
@@ -269,9 +314,13 @@ def judge_claim(claim: dict, pages: dict[str, Page]) -> tuple[str, str, list[tup
     blocks = []
     for ev in claim["evidence"]:
         page = pages[ev["board"]]
-        base = ev.get("baseline") or page.rows[ev["rows"][0]].get("baseline", "")
-        c, ctext = claimed_effect(claim, page, ev, base)
-        readings = [read_row(page, ev, row) for row in ev["rows"]]
+        if "curve" in ev:  # the slope the claim predicts, e.g. 1: held at its target
+            c, ctext = float(ev["claimed"]), f"slope {ev['claimed']:g} (the claim file's)"
+            readings = [read_curve(page, ev)]
+        else:
+            base = ev.get("baseline") or page.rows[ev["rows"][0]].get("baseline", "")
+            c, ctext = claimed_effect(claim, page, ev, base)
+            readings = [read_row(page, ev, row) for row in ev["rows"]]
         for r in readings:
             if not r.blocked and ev["metric"] != claim["primary"]["metric"]:
                 r.blocked = f"not the claim's primary metric, {claim['primary']['metric']}"

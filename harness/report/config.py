@@ -59,6 +59,7 @@ class CurveSpec:
 
 
 CONTROL_ROLES = ("positive", "aa")  # a handicapped baseline; the baseline on other seeds
+CONTROL_OPTIONS = ("metric", "direction")  # what they are tested on; where the positive must go
 
 
 @dataclass(frozen=True)
@@ -78,7 +79,8 @@ class Plan:
 
     def control_labels(self, sweeps: Iterable[str]) -> set[str]:
         """The row labels ``sweeps`` (a board's runs' named sweeps) declare as controls."""
-        return {label for s in sweeps for label in self.controls.get(s, {}).values()}
+        return {self.controls[s][role] for s in sweeps if s in self.controls
+                for role in CONTROL_ROLES}
 
 
 @dataclass(frozen=True)
@@ -222,16 +224,26 @@ def _curves(raw: object, name: str) -> dict[str, tuple[CurveSpec, ...]]:
 
 def _controls(raw: object, name: str) -> dict[str, dict[str, str]]:
     """``plan.controls``: per named sweep, both control rows by label (a sensitivity check
-    needs the two: one the test must see, one it must not)."""
+    needs the two: one the test must see, one it must not), and optionally the ``metric`` they
+    are tested on (a final metric, e.g. ``token_entropy``; default the primary) and the
+    ``direction`` the positive control must be detected in (``below``, the default: a handicap
+    lowers the primary; ``above``: e.g. an entropy bonus raises the entropy)."""
     def bad(value: object) -> bool:
-        return not isinstance(value, dict) or set(value) != set(CONTROL_ROLES) or not all(
-            isinstance(v, str) and v for v in value.values()) or len(set(value.values())) < 2
+        if not isinstance(value, dict) or not set(CONTROL_ROLES) <= set(value) \
+                or not set(value) <= {*CONTROL_ROLES, *CONTROL_OPTIONS}:
+            return True
+        roles = [value[r] for r in CONTROL_ROLES]
+        return not all(isinstance(v, str) and v for v in value.values()) \
+            or len(set(roles)) < 2 or value.get("direction", "below") not in ("below", "above")
 
     if not isinstance(raw, dict) or any(bad(v) for v in raw.values()):
         raise BoardError(f"board config {name}: plan.controls must map a sweep name "
                          "(conf/sweep/) to {positive: <row label>, aa: <row label>}, two "
-                         f"different rows (e.g. grpo@lr_div10 and grpo@aa); got {raw!r}")
-    return {str(k): {role: str(v[role]) for role in CONTROL_ROLES} for k, v in raw.items()}
+                         "different rows (e.g. grpo@lr_div10 and grpo@aa), with optional "
+                         "metric: <final metric> and direction: below | above; "
+                         f"got {raw!r}")
+    return {str(k): {key: str(v[key]) for key in (*CONTROL_ROLES, *CONTROL_OPTIONS) if key in v}
+            for k, v in raw.items()}
 
 
 def _config_path(p: Path) -> Path:

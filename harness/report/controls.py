@@ -53,6 +53,16 @@ class Control:
     row: Row | None = None
     comparison: Comparison | None = None
     note: str = ""  # why it has no test
+    metric: str | None = None  # the final metric it is tested on (None: the board's primary)
+    direction: str = "below"  # where a positive control must be detected
+
+    @property
+    def what(self) -> str:
+        """The control's kind in words, with its metric and direction when declared."""
+        extra = [f"on {self.metric}"] if self.metric else []
+        if self.role == "positive" and self.direction != "below":
+            extra.append(f"expected {self.direction}")
+        return WHAT[self.role] + (f" ({', '.join(extra)})" if extra else "")
 
     @property
     def result(self) -> str:
@@ -68,7 +78,10 @@ class Control:
             return "detected (false positive)" if c.significant else "not detected"
         if not c.significant:
             return "not detected"
-        return "detected" if c.estimate < 0 else "detected above its baseline (no handicap)"
+        if (c.estimate < 0) == (self.direction == "below"):
+            return "detected"
+        return f"detected {'above' if self.direction == 'below' else 'below'} its baseline " \
+            "(the wrong way)"
 
     @property
     def passed(self) -> bool:
@@ -113,11 +126,13 @@ def split_controls(rows: list[Row], cfg: BoardConfig) -> tuple[list[Row], Contro
     seen: set[tuple[str, str]] = set()
     for sweep in sweeps:
         for role in CONTROL_ROLES:
-            label = cfg.plan.controls.get(sweep, {}).get(role)
+            declared = cfg.plan.controls.get(sweep, {})
+            label = declared.get(role)
             if label is None or (role, label) in seen:
                 continue
             seen.add((role, label))
-            control = Control(role, label, sweep)
+            control = Control(role, label, sweep, metric=declared.get("metric"),
+                              direction=declared.get("direction", "below"))
             found = _matching(rows, label)
             control.row = found[0] if found else None
             if len(found) > 1:  # shown, not tested: which of them is the control is unsaid
@@ -132,19 +147,19 @@ def split_controls(rows: list[Row], cfg: BoardConfig) -> tuple[list[Row], Contro
 
 
 def check_controls(controls: Controls, rows: list[Row], prim: Spec | None) -> None:
-    """Test each control that ran against its baseline on ``prim``, in a model of the two rows
-    alone (a family of one at the plan's level)."""
+    """Test each control that ran against its baseline on its declared metric (else ``prim``),
+    in a model of the two rows alone (a family of one at the plan's level)."""
     by_key = {r.key: r for r in rows}
     for c in controls.items:
         if c.row is None or c.note:
             continue
         base = by_key.get(c.row.baseline)
-        if prim is None:
+        if prim is None and c.metric is None:
             c.note = "no primary metric"
         elif base is None:
             c.note = f"no baseline row ({c.row.baseline_note or 'none paired'})"
         else:
-            key = f"final/{prim.name}"
+            key = f"final/{c.metric or prim.name}"
             a = analyse({c.row.key: c.row.per_seed(key), base.key: base.per_seed(key)},
                         [(c.row.key, base.key)], controls.alpha, controls.power)
             if a.comparisons:
@@ -157,7 +172,7 @@ def head_lines(controls: Controls) -> list[str]:
     """The controls' verdict for the page's head, beside the plan's."""
     lines = []
     if controls.items:
-        said = [f"{WHAT[c.role]} `{c.label}` " + (
+        said = [f"{c.what} `{c.label}` " + (
             "has no row on this page" if c.row is None else
             c.result + (f" ({c.note})" if c.note else "")) for c in controls.items]
         lines.append(f"- Controls: **{controls.status}** (`plan.controls` in "
@@ -186,11 +201,17 @@ def section(controls: Controls) -> list[str]:
              "its baseline alone by the seed-blocked model (two rows: a paired t-test), a "
              f"family of one at level {controls.alpha:g} ({pct} interval, unadjusted p, MDE at "
              f"power {controls.power:g}); neither enters the primary comparisons' model or "
-             "family, so they change no method row's result (docs/analysis.md, Controls).", "",
+             "family, so they change no method row's result (docs/analysis.md, Controls)."]
+    declared = [c for c in controls.items if c.what != WHAT[c.role]]
+    if declared:  # a testbed whose claim is not the primary metric (an entropy target)
+        lines.append("Declared for this testbed: " + "; ".join(
+            f"the {c.what}" for c in declared) + " (the metric the claim is about, and the "
+            "way its handicap or push must move it).")
+    lines += ["",
              "| control | row | baseline | seeds | Δ | interval | p | MDE | verdict |",
              "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
     for c in controls.items:
-        k, base = WHAT[c.role], c.row.baseline if c.row else "—"
+        k, base = c.what, c.row.baseline if c.row else "—"
         if c.comparison is None:
             why = "no row on this page: " + NOT_RUN if c.row is None else \
                 f"not tested: {c.note}"

@@ -84,3 +84,22 @@ def test_shared_engine_default_logs_no_mismatch_metrics(tmp_path, model_cache):
     assert tr.rollout_engine is tr.engine
     metrics = tr.train_step()
     assert not any(k.startswith("rollout_corr/") for k in metrics)
+
+
+def test_rollout_engine_that_cannot_take_weights_is_refused(tmp_path, model_cache):
+    """A rollout engine that cannot receive the train engine's weights would sample from its own
+    (untrained) copy for the whole run: refused before anything is built."""
+    import pytest
+
+    from harness.engines import build_engines
+    from harness.typed_config import ConfigError
+
+    class NoCopy(HFEngine):
+        receives_weights = False
+
+    if "hf_nocopy_test" not in BACKENDS:
+        BACKENDS.register("hf_nocopy_test", NoCopy)
+    cfg = make_config(tmp_path, model_cache, *SMALL, "tracking.enabled=false",
+                      "backend.rollout=hf_nocopy_test", "backend.train=hf")
+    with pytest.raises(ConfigError, match=r"backend\.rollout='hf_nocopy_test' cannot take weights"):
+        build_engines(cfg, None, need_reference=False)

@@ -53,9 +53,15 @@ def test_a_claims_evidence_names_existing_board_pages_and_rows(path):
     entry = yaml.safe_load(path.read_text())
     assert isinstance(entry["evidence"], list)
     for ev in entry["evidence"]:
-        assert set(ev) <= {"board", "rows", "metric", "baseline", "controls"}, ev
         page = ROOT / ev["board"]
         assert ev["board"].startswith("leaderboards/") and (page / "leaderboard.csv").is_file()
+        if "curve" in ev:  # a response curve the page draws, of the claim's primary metric
+            assert set(ev) == {"board", "curve", "metric", "claimed"}, ev
+            assert ev["metric"] == entry["primary"]["metric"]
+            assert f"### {ev['curve']}: `final/{ev['metric']}` against" in (
+                page / "leaderboard.md").read_text()
+            continue
+        assert set(ev) <= {"board", "rows", "metric", "baseline", "controls"}, ev
         with open(page / "leaderboard.csv", newline="") as f:
             reader = csv.reader(f)
             header, labels = next(reader), {r[0] for r in reader}  # row / agent: 1st column

@@ -45,9 +45,10 @@ def _held(label: str, i: int, effect: dict[str, float]) -> float:
 
 
 def _experiment(client: MlflowClient, name: str, root, labels, effect=EFFECT,
-                tuned: bool = False) -> None:
+                tuned: bool = False, entropy: dict[str, float] | None = None) -> None:
     """Runs of ``labels`` on the blocks ``SEEDS``; ``tuned``: also the method rows' tuning runs
-    (seeds 100 and 101 at two rates, 1e-4 winning on validation), as the off-policy testbed's."""
+    (seeds 100 and 101 at two rates, 1e-4 winning on validation), as the off-policy testbed's;
+    ``entropy``: each row's shift of its logged token entropy (``rollout/entropy``)."""
     exp = client.create_experiment(name, artifact_location=(root / name).as_uri())
     n = 0
     for label in METHODS if tuned else ():
@@ -65,6 +66,7 @@ def _experiment(client: MlflowClient, name: str, root, labels, effect=EFFECT,
                                  metrics=[Metric("final/validation/pass_at_1", valid, 0, 20),
                                           Metric("final/heldout/pass_at_1", 0.2, 0, 20)])
                 client.set_terminated(rid, "FINISHED")
+    entropy_effect = {**dict.fromkeys(EFFECT, 0.0), **(entropy or {})}
     for label in labels:
         alg, _, variant = label.partition("@")
         for i, block in enumerate(SEEDS):
@@ -87,7 +89,9 @@ def _experiment(client: MlflowClient, name: str, root, labels, effect=EFFECT,
                 Metric("final/heldout/pass_at_1", held, 0, 20),
                 Metric("start/heldout/pass_at_1", 0.15 + 0.001 * block, 0, 20),
                 Metric("final/validation/pass_at_1", held, 0, 20),
-                Metric("rollout/tokens_total", 200.0, 0, 20)])
+                Metric("rollout/tokens_total", 200.0, 0, 20),
+                *[Metric("rollout/entropy", _held(label, i, entropy_effect) + 0.1, 0, step)
+                  for step in range(10, 21) if entropy is not None]])
             client.set_terminated(rid, "FINISHED")
 
 
@@ -111,6 +115,9 @@ def store(tmp_path_factory):
     _experiment(client, "failing", root, (*METHODS, *CONTROLS),
                 effect={**EFFECT, "grpo@lr_div10": 0.0, "grpo@aa": 0.05})
     _experiment(client, "tuned", root, (*METHODS, *CONTROLS), tuned=True)
+    # a push on entropy that leaves pass@1 alone (the entropy testbed's bonus control)
+    _experiment(client, "entropy", root, (*METHODS, *CONTROLS),
+                effect={**EFFECT, "grpo@lr_div10": 0.0}, entropy={"grpo@lr_div10": 0.05})
     return root, uri
 
 
@@ -253,9 +260,35 @@ def test_on_a_tuned_board_controls_are_not_selected_and_report_the_reported_seed
     assert "- Controls: **controls passed**" in md
 
 
+ON_ENTROPY = ("controls: {reported: {positive: grpo@lr_div10, aa: grpo@aa, metric: token_entropy, "
+              "direction: above}}")
+
+
+def test_a_control_declared_on_another_metric_is_tested_on_it_in_its_direction(store):
+    """The entropy testbed's controls are about entropy, not pass@1: tested on the declared
+    metric, the positive control detected in the declared direction; the same runs read on the
+    primary, or with the direction reversed, do not pass."""
+    rows, md = _board(store, "entropy", ON_ENTROPY)
+    assert rows["grpo@lr_div10"]["control_result"] == "detected"
+    assert rows["grpo@aa"]["control_result"] == "not detected"
+    assert "- Controls: **controls passed**" in md
+    assert "| positive control (on token_entropy, expected above) | grpo@lr_div10 |" in md
+    assert "| A/A control (on token_entropy) | grpo@aa |" in md
+    rows, md = _board(store, "entropy")  # on the primary: pass@1 did not move
+    assert rows["grpo@lr_div10"]["control_result"] == "not detected"
+    assert "- Controls: **controls failed**" in md
+    rows, md = _board(store, "entropy", ON_ENTROPY.replace("above", "below"))
+    assert rows["grpo@lr_div10"]["control_result"] == \
+        "detected above its baseline (the wrong way)"
+    assert "- Controls: **controls failed**" in md
+
+
 def test_plan_controls_must_name_both_rows(tmp_path):
     for bad in ("{reported: {positive: grpo@lr_div10}}", "{reported: [grpo@aa]}",
-                "{reported: {positive: grpo@aa, aa: grpo@aa}}"):
+                "{reported: {positive: grpo@aa, aa: grpo@aa}}",
+                "{reported: {positive: grpo@lr_div10, aa: grpo@aa, direction: sideways}}",
+                "{reported: {positive: grpo@lr_div10, aa: grpo@aa, metric: ''}}",
+                "{reported: {positive: grpo@lr_div10, aa: grpo@aa, seeds: 3}}"):
         cfg = tmp_path / "bad.yaml"
         cfg.write_text(f"plan: {{controls: {bad}}}\n")
         with pytest.raises(BoardError, match=r"plan\.controls must map a sweep name"):

@@ -312,3 +312,67 @@ def test_a_board_that_declares_its_controls_is_read_from_its_controls_line(tmp_p
     page = tmp_path / ev[0]["board"] / "leaderboard.md"
     page.write_text(page.read_text() + f"- Controls: **{line}** (positive `grpo@lr_div10` ...).\n")
     assert _judge(tmp_path, ev)[0] == verdict
+
+
+# -- response curves (arbitrary-entropy PO: entropy against its target) -------------------------
+def _curve_page(root: Path, slope: float, low: float, high: float, mde: float,
+                controls: str = "controls passed") -> str:
+    """A page whose md holds a response curve section as the board writes it
+    (harness/report/curves.py ``section``), so the ledger's parser is held to the real text."""
+    from harness.report.config import CurveSpec
+    from harness.report.curves import Curve
+    from harness.report.curves import section as curve_section
+    from harness.report.stats import Interval
+
+    board = _board(root, [])
+    spec = CurveSpec("entropy_vs_target", "arbitrary_entropy", "algorithm.rollout.target_entropy",
+                     "token_entropy", "grpo", True)
+    curve = Curve(spec, [(0.1, "arbitrary_entropy@0.1", Interval(0.3, 0.28, 0.32, 5, "t"))],
+                  slope=slope, se=(high - low) / 4, low=low, high=high, p=0.5, mde=mde, df=20,
+                  n=25)
+    md = root / board / "leaderboard.md"
+    md.write_text(md.read_text() + f"- Controls: **{controls}** (declared).\n"
+                  + "\n".join(curve_section([curve], 0.95)) + "\n")
+    return board
+
+
+def _curve_ev(board: str, **kw) -> list[dict]:
+    return [{"board": board, "curve": "entropy_vs_target", "metric": "token_entropy",
+             "claimed": 1, **kw}]
+
+
+@pytest.mark.parametrize(("slope", "low", "high", "mde", "verdict"), [
+    (0.9, 0.7, 1.1, 0.3, SHOWN),            # follows the target
+    (0.02, -0.03, 0.07, 0.08, NOT_SHOWN),   # flat, and the testbed would have seen a slope of 1
+    (0.3, -0.5, 1.1, 1.4, INCONCLUSIVE),    # too few runs to tell 0 from 1
+    (-0.4, -0.6, -0.2, 0.3, NOT_SHOWN),     # moves against the target
+])
+def test_a_response_curves_slope_decides_against_the_claimed_slope(tmp_path, slope, low, high,
+                                                                   mde, verdict):
+    board = _curve_page(tmp_path, slope, low, high, mde)
+    got = _judge(tmp_path, _curve_ev(board), metric="token_entropy")[0]
+    assert got == verdict
+
+
+def test_a_curve_without_passing_controls_decides_nothing(tmp_path):
+    board = _curve_page(tmp_path, 0.02, -0.03, 0.07, 0.08, controls="controls not run")
+    assert _judge(tmp_path, _curve_ev(board), metric="token_entropy")[0] == PENDING
+
+
+def test_a_curve_on_another_metric_than_the_claims_primary_decides_nothing(tmp_path):
+    board = _curve_page(tmp_path, 0.9, 0.7, 1.1, 0.3)
+    assert _judge(tmp_path, _curve_ev(board))[0] == UNTESTED
+
+
+@pytest.mark.parametrize(("change", "said"), [
+    ({"curve": "entropy_vs_temperature"}, r"no fitted curve 'entropy_vs_temperature'"),
+    ({"metric": "heldout/pass_at_1"}, r"no fitted curve 'entropy_vs_target' of "
+                                      r"final/heldout/pass_at_1"),
+    ({"claimed": "one"}, r"claimed \(the slope the claim predicts, a number\)"),
+])
+def test_a_bad_curve_entry_is_refused_naming_it(tmp_path, change, said):
+    from harness.report.claims_ledger import LedgerError
+
+    board = _curve_page(tmp_path, 0.9, 0.7, 1.1, 0.3)
+    with pytest.raises(LedgerError, match=said):
+        _judge(tmp_path, _curve_ev(board, **change), metric="token_entropy")
