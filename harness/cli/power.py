@@ -41,6 +41,7 @@ def plan_lines(uri: str, experiment: str, config: str | None, deltas: list[float
 
     from harness.report.analysis import mde_at, seeds_needed
     from harness.report.board import pair_rows
+    from harness.report.budget import History, fill_budget
     from harness.report.collect import collect
     from harness.report.config import load_config
     from harness.report.controls import split_controls
@@ -63,17 +64,21 @@ def plan_lines(uri: str, experiment: str, config: str | None, deltas: list[float
     lines = [f"plan: {cfg.source}; family level {plan.alpha:g}, power {plan.power:g}"]
     for (task, variant, model), group in sorted(groups.items()):
         rows = group.rows
-        prim = primary_spec(specs_of(rows, cfg.select.eval_set if cfg.select else None),
-                            plan.primary)
+        specs = specs_of(rows, cfg.select.eval_set if cfg.select else None)
+        prim = primary_spec(specs, plan.primary)
         pair_rows(rows, cfg, cfg.baseline)
-        v = judge(split_controls(rows, cfg)[0], prim, cfg)  # the board's model: no controls
+        at = "last evaluation"
+        if plan.read == "budget":  # each run read at the common token budget, as the board
+            budget = fill_budget(History(client), rows, specs, cfg.interval_options)
+            at = f"at the budget of {budget.tokens:,.0f} tokens"
+        v = judge(split_controls(rows, cfg)[0], prim, cfg, at=at)  # the board's: no controls
         a = v.analysis
         lines.append(f"{task}-{variant} / {model}: {len(rows)} rows")
         if not a.comparisons or not a.sigma > 0:
             lines.append(f"  no comparison to plan from: {a.note or v.descriptive}")
             continue
         pairs = [(c.row, c.baseline) for c in a.comparisons]
-        lines += [f"  primary metric {prim.title} (last evaluation); {len(pairs)} comparisons; "
+        lines += [f"  primary metric {prim.title} ({v.at}); {len(pairs)} comparisons; "
                   f"residual SD {a.sigma:.4f} ({a.df} df, {len(a.seeds)} seeds)",
                   f"  MDE at the pilot's {len(a.seeds)} seeds: {a.mde:.4f}",
                   "  MDE by seeds per row: " + ", ".join(

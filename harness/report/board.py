@@ -51,7 +51,7 @@ from mlflow.entities import ViewType
 from mlflow.tracking import MlflowClient
 
 from harness.claims import is_claim_experiment
-from harness.report.budget import History, fill_budget
+from harness.report.budget import TOLERANCE, History, fill_budget
 from harness.report.collect import Group, collect, distinguishing_keys
 from harness.report.config import REPO, BoardConfig, BoardError, load_config
 from harness.report.controls import check_controls, csv_fields, head_lines, split_controls
@@ -295,12 +295,16 @@ def _write_group(client: MlflowClient, history: History, d: Path, title: str, gr
     pair_rows(rows, cfg, default)
     late_means(history, rows, cfg.final_window)
     _fill(rows, specs, cfg)
+    budget = fill_budget(history, rows, specs, cfg.interval_options)
+    at = "last evaluation" if cfg.plan.read == "final" else (
+        f"evaluation at the common budget of {budget.tokens:,.0f} tokens generated (within "
+        f"{TOLERANCE:.0%})" if not math.isnan(budget.tokens) else
+        "evaluation at the common token budget (none: no evaluation every run shares)")
     # controls are tested apart, each against its baseline alone: never in the plan's model
     method, controls = split_controls(rows, cfg)
-    check_controls(controls, rows, prim)
-    verdict = judge(method, prim, cfg, edges=group.edges,
+    check_controls(controls, rows, prim, cfg.plan.read)
+    verdict = judge(method, prim, cfg, edges=group.edges, at=at,
                     selected_on_reported=cfg.select is not None and not cfg.select.seeds)
-    budget = fill_budget(history, rows, specs, cfg.interval_options)
     sweeps = sorted({r.sweep for r in group.runs})
     curves = [fit_curve(rows, spec, cfg.confidence, cfg.plan.power)
               for spec in dict.fromkeys(s for w in sweeps for s in cfg.curves.get(w, ()))
@@ -318,7 +322,7 @@ def _write_group(client: MlflowClient, history: History, d: Path, title: str, gr
                  + (f" at the selected values; the selection read all {n_grid} runs of the "
                     "grid (Selection)" if n_grid else "")
                  + ("; runs in other statuses excluded[^excluded]." if excl else "."),
-                 f"- Primary metric: {prim.title} (last evaluation)." if prim else
+                 f"- Primary metric: {prim.title} ({at})." if prim else
                  "- No `final/<set>/pass_at_<k>` metrics were logged.",
                  *plan_lines(verdict, cfg), *head_lines(controls)]
     if group.unreported:

@@ -81,8 +81,9 @@ def _budget(history: History, rows: list[Row], first: str) -> tuple[float, bool]
 
 def fill_budget(history: History, rows: list[Row], specs: list[Spec],
                 options: tuple[float, ...]) -> Budget:
-    """Put each pass@k spec at the common budget into ``row.budget[spec.name]``, the training
-    step it was read at into ``row.budget["step"]`` and the tokens into
+    """Put each pass@k spec at the common budget into ``row.budget[spec.name]`` (its values by
+    seed into ``row.budget_seeds[spec.name]``: a plan with ``read: budget`` tests them), the
+    training step it was read at into ``row.budget["step"]`` and the tokens into
     ``row.budget["tokens"]``; returns the :class:`Budget`."""
     pass_specs = [s for s in specs if s.kind == "pass"]
     if not pass_specs:
@@ -105,6 +106,7 @@ def fill_budget(history: History, rows: list[Row], specs: list[Spec],
                         missed += 1
                     continue
                 per_seed.append(near[2])
+                row.budget_seeds.setdefault(spec.name, {})[seed] = near[2]
                 steps[seed], xs[seed] = float(near[1]), near[0]
                 if spec is pass_specs[0]:
                     read += 1

@@ -15,6 +15,8 @@ Verdict rules, in order (docs/claims/README.md states the same):
    (the ``primary_*`` columns of a page whose "Confirmatory" line says it is; on a track board,
    the paired interval, the test the LANTERN claim declares) and it is not identical to its
    baseline. Any other row is printed as a descriptive paired interval and decides nothing.
+   A page whose plan reads at the token budget (``plan.read: budget``) reads its primary as
+   "<metric> at the common tokens-generated budget", the name an equal-compute claim gives.
    A response curve's slope (a ``curve`` entry; harness/report/curves.py) decides like a row
    when its y is the claim's primary metric: b against 0, C the entry's ``claimed`` slope.
 4. **Controls**: a page's rows decide only when its evidence entry names a positive control row
@@ -68,6 +70,7 @@ UNTESTED = "inconclusive (no row tests the claim yet)"
 FAILED = "inconclusive (the testbed failed its controls)"
 NOT_TESTABLE = "not testable on CPU (needs the GPU suite)"
 OUT = "docs/claims.md"
+AT_BUDGET = "at the common tokens-generated budget"  # a claim read at equal compute
 COMMAND = f"rlbench claims --out {OUT}"
 ORDER = ("lpo", "agpo", "aem", "lope", "arpo", "aepo", "arbitrary_entropy", "lantern")
 # track boards (LANTERN): metric -> (its paired-difference column stem, its mean column)
@@ -102,6 +105,9 @@ class Page:
     # its response curves' slope lines (harness/report/curves.py), by curve name: estimate,
     # interval, SE, p, MDE and the runs in the fit, as printed
     curves: dict[str, dict[str, str]] = field(default_factory=dict)
+    # the page's plan reads each run's primary at the common token budget (plan.read: budget),
+    # not at its last evaluation
+    at_budget: bool = False
 
 
 @dataclass
@@ -148,7 +154,7 @@ def read_page(root: Path, board: str, where: str) -> Page:
     track = "row" not in columns
     md = (folder / "leaderboard.md").read_text() if (folder / "leaderboard.md").exists() else ""
     status = re.search(r"^- (\*\*(?:Confirmatory|Descriptive only)\*\*.*?)\.?$", md, re.M)
-    prim = re.search(r"^- Primary metric: (.+?) \(", md, re.M)
+    prim = re.search(r"^- Primary metric: (.+?) \((.*)\)\.$", md, re.M)
     declared = re.search(r"^- Controls: \*\*(controls (?:passed|failed|not run))\*\*", md, re.M)
     readme = root / "leaderboards" / board.split("/")[1] / "README.md"
     repro = re.search(r"^- (Reproduce.*?)\.?$", readme.read_text() if readme.exists() else "",
@@ -157,7 +163,8 @@ def read_page(root: Path, board: str, where: str) -> Page:
                 status[1] if status else "", prim[1] if prim else "",
                 repro[1] if repro else f"no Reproduce line in {readme.relative_to(root)}",
                 declared[1] if declared else "",
-                {m["name"]: m.groupdict() for m in CURVE_LINE.finditer(md)})
+                {m["name"]: m.groupdict() for m in CURVE_LINE.finditer(md)},
+                bool(prim) and prim[2].startswith("evaluation at the common budget"))
 
 
 def load_claims(root: Path, folder: str = "docs/claims") -> tuple[list[dict], dict[str, Page]]:
@@ -273,6 +280,14 @@ def read_row(page: Page, ev: dict, row: str) -> Reading:
     return r
 
 
+def read_as(page: Page, metric: str) -> str:
+    """The evidence metric as its page reads it: a page whose plan reads the primary at the
+    common token budget reads ``<metric> at the common tokens-generated budget`` (a claim at
+    equal compute names its primary metric so), any other page the metric itself."""
+    title = re.sub(r"/(pass|mean|maj)_at_(\d+)$", r" \1@\2", metric)
+    return f"{metric} {AT_BUDGET}" if page.at_budget and title == page.primary else metric
+
+
 def row_result(r: Reading, c: float | None, sign: int) -> str:
     """Rule 5 for one row; ``sign`` is the claimed direction (+1 higher, -1 lower)."""
     if r.significant:
@@ -322,7 +337,7 @@ def judge_claim(claim: dict, pages: dict[str, Page]) -> tuple[str, str, list[tup
             c, ctext = claimed_effect(claim, page, ev, base)
             readings = [read_row(page, ev, row) for row in ev["rows"]]
         for r in readings:
-            if not r.blocked and ev["metric"] != claim["primary"]["metric"]:
+            if not r.blocked and read_as(page, ev["metric"]) != claim["primary"]["metric"]:
                 r.blocked = f"not the claim's primary metric, {claim['primary']['metric']}"
             if not r.blocked:
                 r.result = row_result(r, c, sign)

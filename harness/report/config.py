@@ -69,13 +69,18 @@ class Plan:
     set's pass@1), the family's level ``alpha``, the ``power`` its MDE is computed for, per
     named sweep the effect it is ``detect``-powered for (a board whose MDE is above it, or whose
     sweep declares none, is descriptive only) and the row labels of its ``controls``
-    (``{positive: <label>, aa: <label>}``: harness/report/controls.py)."""
+    (``{positive: <label>, aa: <label>}``: harness/report/controls.py) and where each run's
+    primary is ``read``."""
 
     primary: str | None = None
     alpha: float = 0.05
     power: float = 0.8
     detect: dict[str, float] = field(default_factory=dict)
     controls: dict[str, dict[str, str]] = field(default_factory=dict)
+    # where each run's primary is read: ``final`` (its last evaluation) or ``budget`` (its
+    # evaluation at the page's common budget of tokens generated, harness/report/budget.py):
+    # equal compute, for rows that generate different numbers of tokens per step
+    read: str = "final"
 
     def control_labels(self, sweeps: Iterable[str]) -> set[str]:
         """The row labels ``sweeps`` (a board's runs' named sweeps) declare as controls."""
@@ -177,7 +182,7 @@ def load_config(path: str | Path | None = None, variant: tuple[str, ...] = ()) -
 
 
 def _plan(raw: object, name: str) -> Plan:
-    keys = {"primary", "alpha", "power", "detect", "controls"}
+    keys = {"primary", "alpha", "power", "detect", "controls", "read"}
     if not isinstance(raw, dict) or set(raw) - keys:
         raise BoardError(f"board config {name}: plan takes {', '.join(sorted(keys))}; got "
                          f"{raw!r}")
@@ -188,7 +193,11 @@ def _plan(raw: object, name: str) -> Plan:
                          "to the effect (> 0, in the primary metric's units) it is powered for")
     plan = Plan(raw.get("primary"), float(raw.get("alpha", 0.05)), float(raw.get("power", 0.8)),
                 {str(k): float(v) for k, v in detect.items()},
-                _controls(raw.get("controls") or {}, name))
+                _controls(raw.get("controls") or {}, name), str(raw.get("read", "final")))
+    if plan.read not in ("final", "budget"):
+        raise BoardError(f"board config {name}: plan.read must be final (each run's last "
+                         "evaluation) or budget (its evaluation at the common token budget); "
+                         f"got {plan.read!r}")
     if not (0.0 < plan.alpha < 1.0 and 0.0 < plan.power < 1.0):
         raise BoardError(f"board config {name}: plan.alpha and plan.power must be in (0, 1)")
     return plan

@@ -146,9 +146,11 @@ def split_controls(rows: list[Row], cfg: BoardConfig) -> tuple[list[Row], Contro
     return [r for r in rows if id(r) not in left_out], out
 
 
-def check_controls(controls: Controls, rows: list[Row], prim: Spec | None) -> None:
-    """Test each control that ran against its baseline on its declared metric (else ``prim``),
-    in a model of the two rows alone (a family of one at the plan's level)."""
+def check_controls(controls: Controls, rows: list[Row], prim: Spec | None,
+                   read: str = "final") -> None:
+    """Test each control that ran against its baseline on its declared metric (else ``prim``,
+    read where the plan reads it: ``final`` or at the ``budget``), in a model of the two rows
+    alone (a family of one at the plan's level)."""
     by_key = {r.key: r for r in rows}
     for c in controls.items:
         if c.row is None or c.note:
@@ -159,7 +161,7 @@ def check_controls(controls: Controls, rows: list[Row], prim: Spec | None) -> No
         elif base is None:
             c.note = f"no baseline row ({c.row.baseline_note or 'none paired'})"
         else:
-            key = f"final/{c.metric or prim.name}"
+            key = f"final/{c.metric}" if c.metric else f"{read}/{prim.name}"
             a = analyse({c.row.key: c.row.per_seed(key), base.key: base.per_seed(key)},
                         [(c.row.key, base.key)], controls.alpha, controls.power)
             if a.comparisons:

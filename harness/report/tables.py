@@ -167,6 +167,7 @@ class Row:
     vs: dict[str, Interval] = field(default_factory=dict)
     cost: dict[str, Interval] = field(default_factory=dict)
     budget: dict[str, Interval] = field(default_factory=dict)  # at the common token budget
+    budget_seeds: dict[str, dict[str, float]] = field(default_factory=dict)  # its values by seed
     style_index: int = 0  # this row's line style among its algorithm's rows
 
     @property
@@ -180,7 +181,10 @@ class Row:
         return sorted(self.runs, key=key)
 
     def per_seed(self, key: str) -> dict[str, float]:
-        """seed -> the runs' metric ``key`` (seeds that did not log it, or logged nan, left out)."""
+        """seed -> the runs' metric ``key`` (seeds that did not log it, or logged nan, left out);
+        ``budget/<spec>``: each run's value at the common token budget (runs read there)."""
+        if key.startswith("budget/"):
+            return dict(self.budget_seeds.get(key.removeprefix("budget/"), {}))
         return {s: r.metrics[key] for s, r in self.runs.items()
                 if key in r.metrics and not math.isnan(r.metrics[key])}
 

@@ -51,6 +51,7 @@ class Verdict:
     sampling_se: float = math.nan  # mean logged sampling SE of the final evaluations
     seed_var: float = math.nan  # pooled within-row variance of the final scores over seeds
     factors: list[str] = field(default_factory=list)
+    at: str = "last evaluation"  # which evaluation of each run the primary is read at
 
     @property
     def confirmatory(self) -> bool:
@@ -83,14 +84,16 @@ def _factors(rows: list[Row]) -> list[str]:
 
 
 def judge(rows: list[Row], prim: Spec | None, cfg: BoardConfig, *,
-          selected_on_reported: bool = False, edges: dict[str, str] | None = None) -> Verdict:
+          selected_on_reported: bool = False, edges: dict[str, str] | None = None,
+          at: str = "last evaluation") -> Verdict:
     """Test the board's declared comparisons on ``prim`` and decide whether the board is
-    confirmatory (see the module docstring)."""
+    confirmatory (see the module docstring). Each run's primary is its last evaluation, or with
+    ``plan.read: budget`` its evaluation at the common token budget (``at`` says which)."""
     plan = cfg.plan
     if prim is None:
         return Verdict(None, Analysis(note="no primary metric"), descriptive="no primary metric")
     by_key = {r.key: r for r in rows}
-    key = f"final/{prim.name}"
+    key = f"{plan.read}/{prim.name}"
     identical: dict[str, str] = {}
     contrasts = []
     for row in rows:
@@ -122,7 +125,7 @@ def judge(rows: list[Row], prim: Spec | None, cfg: BoardConfig, *,
                       seed_var=(sum(float(np.var(f, ddof=1)) * (len(f) - 1)
                                     for f in finals if len(f) > 1) / dof) if dof else math.nan,
                       sampling_se=float(np.sqrt(np.mean(np.square(ses)))) if ses else math.nan,
-                      factors=_factors(rows))
+                      factors=_factors(rows), at=at)
     if selected_on_reported:
         verdict.descriptive = ("each row's setting was selected on the seeds this board "
                                "reports, so its results carry the selection's seed noise")
@@ -151,7 +154,7 @@ def plan_lines(v: Verdict, cfg: BoardConfig) -> list[str]:
                 f": the family's minimum detectable effect ({a.mde:.3f}) is at or below the "
                 f"{v.detect:g} declared for {', '.join(v.sweeps)}."),
              f"- Analysis plan (declared in `{cfg.source}`): primary metric {v.metric.title} of "
-             "each run's last evaluation; one comparison per row against its baseline; "
+             f"each run's {v.at}; one comparison per row against its baseline; "
              "seed-blocked model (row + seed) with single-step max-|t| adjustment over those "
              f"comparisons (Dunnett's many-to-one test against one baseline), family level "
              f"{plan.alpha:g}; MDE at power {plan.power:g}; secondary metrics descriptive (no "
@@ -175,7 +178,7 @@ def primary_section(v: Verdict, cfg: BoardConfig) -> list[str]:
     lines = ["", "## Primary comparisons", ""]
     if not a.comparisons:
         return [*lines, f"No test: {a.note or v.descriptive}."]
-    lines += [f"{v.metric.title} (last evaluation), row − baseline: the seed-blocked model's "
+    lines += [f"{v.metric.title} ({v.at}), row − baseline: the seed-blocked model's "
               f"estimate (the paired mean difference when every row has every seed), its {pct} "
               f"simultaneous interval "
               f"(estimate ± {a.critical:.2f} SE: every interval of the family holds together), "

@@ -151,7 +151,7 @@ def fair(tmp_path_factory):
     build_leaderboards(uri, "fair", out)
     with open(out / "countdown-tiny" / "tiny" / "leaderboard.csv", newline="") as f:
         rows = {r["row"]: r for r in csv.DictReader(f)}
-    return {"rows": rows, "values": values,
+    return {"rows": rows, "values": values, "uri": uri, "root": root,
             "md": (out / "countdown-tiny" / "tiny" / "leaderboard.md").read_text()}
 
 
@@ -289,3 +289,40 @@ def test_plot_marks_evaluations_and_bands_are_the_tables_interval(tmp_path):
         iv = interval(values[:, j])
         assert np.isclose(band, iv.low).any() and np.isclose(band, iv.high).any()
     assert not math.isnan(iv.low)
+
+
+def test_a_plan_that_reads_at_the_budget_tests_each_runs_evaluation_there(fair):
+    """``plan.read: budget`` (LOPE against GRPO at equal generated tokens): the primary
+    comparison is the seed-blocked test of each run's evaluation at the common budget, the runs
+    with none within 5% left out, not of its last evaluation; the page says where it read."""
+    values, root = fair["values"], fair["root"]
+    cfg = root / "budget.yaml"
+    cfg.write_text("baseline: grpo\nplan: {read: budget}\n")
+    out = root / "board_budget"
+    build_leaderboards(fair["uri"], "fair", out, config=cfg)
+    page = out / "countdown-tiny" / "tiny"
+    with open(page / "leaderboard.csv", newline="") as f:
+        rows = {r["row"]: r for r in csv.DictReader(f)}
+    md = (page / "leaderboard.md").read_text()
+    at = {"grpo": {str(s): values["grpo", s][0][2] for s in SEEDS},
+          "lope": {str(s): values["lope", s][0][1] for s in (0, 1)}}  # seed 2: none near
+    (comp,) = analyse(at, [("lope", "grpo")]).comparisons
+    assert comp.n == 2
+    for c in ("estimate", "low", "high", "p_adjusted", "mde"):
+        assert float(rows["lope"][f"primary_{c}"]) == pytest.approx(getattr(comp, c), rel=1e-5,
+                                                                    abs=1e-9)
+    last = analyse({a: {str(s): values[a, s][0][2] for s in SEEDS} for a in ("grpo", "lope")},
+                   [("lope", "grpo")]).comparisons[0]
+    assert abs(last.estimate - comp.estimate) > 0.05  # the two reads differ on this store
+    assert "- Primary metric: heldout pass@1 (evaluation at the common budget of 2,000 tokens " \
+        "generated (within 5%))." in md
+    assert "primary metric heldout pass@1 of each run's evaluation at the common budget" in md
+
+
+def test_plan_read_takes_final_or_budget_only(tmp_path):
+    from harness.report.config import BoardError, load_config
+
+    cfg = tmp_path / "bad.yaml"
+    cfg.write_text("plan: {read: last}\n")
+    with pytest.raises(BoardError, match=r"plan\.read must be final .* or budget .*got 'last'"):
+        load_config(cfg)

@@ -376,3 +376,18 @@ def test_a_bad_curve_entry_is_refused_naming_it(tmp_path, change, said):
     board = _curve_page(tmp_path, 0.9, 0.7, 1.1, 0.3)
     with pytest.raises(LedgerError, match=said):
         _judge(tmp_path, _curve_ev(board, **change), metric="token_entropy")
+
+
+# -- a claim at equal compute (LOPE): decided only by a page that reads at the token budget ------
+AT_BUDGET = "heldout/pass_at_1 at the common tokens-generated budget"
+
+
+@pytest.mark.parametrize(("at", "verdict"), [
+    ("evaluation at the common budget of 300,000 tokens generated (within 5%)", SHOWN),
+    ("last evaluation", UNTESTED)])
+def test_an_equal_compute_claim_is_decided_only_by_a_page_read_at_the_budget(tmp_path, at,
+                                                                            verdict):
+    ev = _one(tmp_path, est=0.01, low=0.002, high=0.018, sig=True)
+    page = tmp_path / ev[0]["board"] / "leaderboard.md"
+    page.write_text(page.read_text().replace("(last evaluation)", f"({at})"))
+    assert _judge(tmp_path, ev, metric=AT_BUDGET)[0] == verdict
