@@ -294,7 +294,8 @@ def test_reproduce_names_a_commit_only_when_every_run_shares_one_clean_commit():
 ONE_COMMIT = "28e09c2536ef"
 REGENERATED = {"testbed-offpolicy": "7f24700f898f",  # tuned on disjoint seeds, 10 seeds
                "suite": "5d946209dca0",  # the suite, in progress: every cell at one commit
-               "lantern": "f46a5940c1a5"}  # with its A/A control
+               "lantern": "f46a5940c1a5",  # with its A/A control
+               "testbed-entropy": "ea11bd863535"}  # entropy against its target, controls
 
 
 def test_every_committed_board_has_its_runs_at_one_clean_commit():

@@ -211,8 +211,9 @@ def _matches(token: str, cells: list[str]) -> bool:
 
 
 def test_every_number_under_a_board_is_read_from_the_csv_it_cites():
-    """Table rows: each number is a cell of that row in the cited CSV (at the printed decimals).
-    Other lines: from the CSV, the cited page or README, or the claim file."""
+    """Table rows: each number is a cell of that row in the cited CSV (at the printed decimals),
+    a curve's slope row from that curve's slope line on the cited page. Other lines: from the
+    CSV, the cited page or README, or the claim file."""
     claim_text = {p.stem: p.read_text() for p in (ROOT / "docs" / "claims").glob("*.yaml")}
     stem, csv_rows, quoted, checked = "", {}, "", 0
     for line in LEDGER.read_text().splitlines():
@@ -224,6 +225,14 @@ def test_every_number_under_a_board_is_read_from_the_csv_it_cites():
                 csv_rows = {r.get("row") or r["agent"]: list(r.values()) for r in csv.DictReader(f)}
             quoted = (page / "leaderboard.md").read_text() + (
                 ROOT / "leaderboards" / m[1].split("/")[1] / "README.md").read_text()
+        elif csv_rows and (m := re.match(r"\| `slope of ([\w.-]+)` \|", line)):
+            # a response curve's slope: quoted from that curve's slope line on its page
+            slope = re.search(rf"^### {re.escape(m[1])}: .*?^(- Slope: .*)$", quoted,
+                              re.M | re.S)
+            assert slope, (stem, m[1])
+            for token in _numbers(line):
+                assert token in slope[1], (stem, m[1], token)
+                checked += 1
         elif csv_rows and (m := re.match(r"\| `([^`]+)` \|", line)):
             for token in _numbers(line):
                 assert _matches(token, csv_rows[m[1]]), (stem, m[1], token)
