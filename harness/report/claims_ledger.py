@@ -264,8 +264,10 @@ def read_row(page: Page, ev: dict, row: str) -> Reading:
                     *(_num(rec.get(col + k)) for k in ("", " low", " high")))
         r.significant, r.mean = r.low > 0 or r.high < 0, _num(rec.get(TRACK[metric][1]))
         return r
-    title, mean = re.sub(r"/(pass|mean|maj)_at_(\d+)$", r" \1@\2", metric), \
-        _num(rec.get(f"{metric}/final_mean"))
+    title = re.sub(r"/(pass|mean|maj)_at_(\d+)$", r" \1@\2", metric)
+    # the row's mean where the page reads it: at the token budget on a page whose plan says so
+    at = "at_budget" if page.at_budget and title == page.primary else "final"
+    mean = _num(rec.get(f"{metric}/{at}_mean"))
     if title != page.primary:
         return Reading(row, rec["baseline"], rec["n_seeds"], *(
             _num(rec.get(f"{metric}/vs_baseline_{k}")) for k in ("mean", "low", "high")),
@@ -385,7 +387,8 @@ def _section(claim: dict, verdict: str, reason: str, blocks: list[tuple], rel) -
                   "- Status: " + ("the track's paired 95% interval per agent (the test the claim "
                                   "declares; no family adjustment, no MDE)" if page.track else
                                   page.status or "no Confirmatory or Descriptive line")
-                  + f"; primary metric of the page: {page.primary or 'none declared'}.",
+                  + f"; primary metric of the page: {page.primary or 'none declared'}"
+                  + (" at the common token budget" if page.at_budget else "") + ".",
                   f"- {page.reproduce}.", f"- Claimed effect C: {ctext}.",
                   f"- Controls: {note.removeprefix('controls ') or 'passed'}.", "",
                   f"| row | baseline | seeds | row's mean | Δ `{ev['metric']}` | interval | "

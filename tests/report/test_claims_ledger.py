@@ -30,6 +30,7 @@ ROOT = Path(__file__).resolve().parents[2]
 LEDGER = ROOT / "docs" / "claims.md"
 CONTROLS = {"positive": "grpo@lr_tenth", "aa": "grpo@aa"}
 COLUMNS = ["row", "baseline", "n_seeds", "heldout/pass_at_1/final_mean",
+           "heldout/pass_at_1/at_budget_mean",
            "tool_calls_per_traj/final_mean", "tool_calls_per_traj/vs_baseline_mean",
            "tool_calls_per_traj/vs_baseline_low", "tool_calls_per_traj/vs_baseline_high",
            "primary_identical_to", "primary_estimate", "primary_low", "primary_high",
@@ -39,7 +40,8 @@ COLUMNS = ["row", "baseline", "n_seeds", "heldout/pass_at_1/final_mean",
 def _row(label, est=0.0, low=-0.01, high=0.01, mde=0.02, sig=False, baseline="grpo"):
     """A CSV row; every row's mean is 2.0 (a claim in percent is read against it)."""
     return {"row": label, "baseline": baseline, "n_seeds": "5",
-            "heldout/pass_at_1/final_mean": 2.0, "tool_calls_per_traj/final_mean": 2.0,
+            "heldout/pass_at_1/final_mean": 2.0, "heldout/pass_at_1/at_budget_mean": 1.5,
+            "tool_calls_per_traj/final_mean": 2.0,
             "tool_calls_per_traj/vs_baseline_mean": est, "tool_calls_per_traj/vs_baseline_low": low,
             "tool_calls_per_traj/vs_baseline_high": high, "primary_identical_to": "",
             "primary_estimate": est, "primary_low": low, "primary_high": high,
@@ -400,3 +402,7 @@ def test_an_equal_compute_claim_is_decided_only_by_a_page_read_at_the_budget(tmp
     page = tmp_path / ev[0]["board"] / "leaderboard.md"
     page.write_text(page.read_text().replace("(last evaluation)", f"({at})"))
     assert _judge(tmp_path, ev, metric=AT_BUDGET)[0] == verdict
+    # the row's mean where its page reads it (at the budget: at_budget_mean, 1.5)
+    text = render(*load_claims(tmp_path), tmp_path / "docs" / "claims.md", tmp_path)
+    row = next(ln for ln in text.splitlines() if ln.startswith("| `m` |"))
+    assert row.split(" | ")[3] == ("1.500" if verdict == SHOWN else "2.000")
