@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import math
 import tempfile
 from pathlib import Path
 
@@ -67,11 +68,13 @@ def plan_lines(uri: str, experiment: str, config: str | None, deltas: list[float
         specs = specs_of(rows, cfg.select.eval_set if cfg.select else None)
         prim = primary_spec(specs, plan.primary)
         pair_rows(rows, cfg, cfg.baseline)
+        method = split_controls(rows, cfg)[0]  # the board's model: no controls
         at = "last evaluation"
         if plan.read == "budget":  # each run read at the common token budget, as the board
-            budget = fill_budget(History(client), rows, specs, cfg.interval_options)
-            at = f"at the budget of {budget.tokens:,.0f} tokens"
-        v = judge(split_controls(rows, cfg)[0], prim, cfg, at=at)  # the board's: no controls
+            budget = fill_budget(History(client), rows, specs, cfg.interval_options, method)
+            at = ("no common token budget" if math.isnan(budget.tokens) else
+                  f"at the budget of {budget.tokens:,.0f} tokens")
+        v = judge(method, prim, cfg, at=at)
         a = v.analysis
         lines.append(f"{task}-{variant} / {model}: {len(rows)} rows")
         if not a.comparisons or not a.sigma > 0:

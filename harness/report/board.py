@@ -60,7 +60,7 @@ from harness.report.mlflow_log import log_leaderboard
 from harness.report.page import Page, commits_line, render_markdown
 from harness.report.plots import write_plots
 from harness.report.provenance import clean_checkout, display_tracking_uri, export_runs, reproduce
-from harness.report.stats import interval, paired_interval
+from harness.report.stats import Interval, interval, paired_interval
 from harness.report.tables import (
     COSTS,
     DYNAMICS,
@@ -131,9 +131,16 @@ def _fill(rows: list[Row], specs: list[Spec], cfg: BoardConfig) -> None:
             row.cost[c.key] = interval(row.per_seed(f"final/{c.key}").values(), *opts)
 
 
-def _rank(rows: list[Row], prim: Spec | None) -> list[Row]:
+def _read(row: Row, prim: Spec, read: str) -> Interval:
+    """A row's primary where the plan reads it: its last evaluation, or at the token budget."""
+    nothing = Interval(math.nan, math.nan, math.nan, 0, "none")
+    return row.final.get(prim.name, nothing) if read == "final" else \
+        row.budget.get(prim.name, nothing)
+
+
+def _rank(rows: list[Row], prim: Spec | None, read: str = "final") -> list[Row]:
     def order(row: Row) -> tuple[bool, float, str]:
-        m = row.final[prim.name].mean if prim else math.nan
+        m = _read(row, prim, read).mean if prim else math.nan
         return (math.isnan(m), -m if not math.isnan(m) else 0.0, row.key)
 
     return sorted(rows, key=order)
@@ -295,13 +302,14 @@ def _write_group(client: MlflowClient, history: History, d: Path, title: str, gr
     pair_rows(rows, cfg, default)
     late_means(history, rows, cfg.final_window)
     _fill(rows, specs, cfg)
-    budget = fill_budget(history, rows, specs, cfg.interval_options)
+    # controls are tested apart, each against its baseline alone: never in the plan's model,
+    # nor in what sets the token budget the plan may read at
+    method, controls = split_controls(rows, cfg)
+    budget = fill_budget(history, rows, specs, cfg.interval_options, common=method)
     at = "last evaluation" if cfg.plan.read == "final" else (
         f"evaluation at the common budget of {budget.tokens:,.0f} tokens generated (within "
         f"{TOLERANCE:.0%})" if not math.isnan(budget.tokens) else
         "evaluation at the common token budget (none: no evaluation every run shares)")
-    # controls are tested apart, each against its baseline alone: never in the plan's model
-    method, controls = split_controls(rows, cfg)
     check_controls(controls, rows, prim, cfg.plan.read)
     verdict = judge(method, prim, cfg, edges=group.edges, at=at,
                     selected_on_reported=cfg.select is not None and not cfg.select.seeds)
@@ -309,7 +317,7 @@ def _write_group(client: MlflowClient, history: History, d: Path, title: str, gr
     curves = [fit_curve(rows, spec, cfg.confidence, cfg.plan.power)
               for spec in dict.fromkeys(s for w in sweeps for s in cfg.curves.get(w, ()))
               if any(r.algorithm == spec.rows for r in rows)]
-    rows = group.rows = _rank(rows, prim)
+    rows = group.rows = _rank(rows, prim, cfg.plan.read)
     _styles(rows)
     outside, within = distinguishing_keys(rows)
     n_dup = sum(len(rs) - 1 for _, _, rs in group.duplicates)
@@ -369,23 +377,24 @@ def _write_group(client: MlflowClient, history: History, d: Path, title: str, gr
                 for r in c.runs.values()]
         files.append(export_runs(client, ids, d / EXPORT))
     group.page, group.records = page, records  # for the MLflow leaderboard run
-    return files, _summary(rows, prim, verdict) + (f"; {controls.status}" if controls.status
+    return files, _summary(rows, prim, verdict, cfg.plan.read) + (
+        f"; {controls.status}" if controls.status
                                                    else "")
 
 
-def _summary(rows: list[Row], prim: Spec | None, verdict: Verdict) -> str:
-    """The index line of a page: the top row by mean, never called "best" (a higher mean is
-    not a difference), with the plan's verdict."""
+def _summary(rows: list[Row], prim: Spec | None, verdict: Verdict, read: str = "final") -> str:
+    """The index line of a page: the top row by mean where the plan reads the primary, never
+    called "best" (a higher mean is not a difference), with the plan's verdict."""
     if prim is None:
         return "no final pass@k metrics"
-    top = rows[0]
+    top, title = rows[0], prim.title + (" at the token budget" if read == "budget" else "")
     if len(rows) == 1:
-        return f"one row, **{top.key}**: {prim.title} {cell(top.final[prim.name])}"
+        return f"one row, **{top.key}**: {title} {cell(_read(top, prim, read))}"
     comps = verdict.analysis.comparisons
     tail = (f"{sum(c.significant for c in comps)} of {len(comps)} primary comparisons "
             f"significant (seed-blocked, Dunnett-adjusted; MDE {verdict.analysis.mde:.3f})"
             if verdict.confirmatory else "descriptive only")
-    return f"highest mean {prim.title}: **{top.key}** {cell(top.final[prim.name])}; {tail}"
+    return f"highest mean {title}: **{top.key}** {cell(_read(top, prim, read))}; {tail}"
 
 
 def _log(client: MlflowClient, exp_id: str, group: Group, key: tuple[str, str, str],

@@ -80,15 +80,17 @@ def _budget(history: History, rows: list[Row], first: str) -> tuple[float, bool]
 
 
 def fill_budget(history: History, rows: list[Row], specs: list[Spec],
-                options: tuple[float, ...]) -> Budget:
+                options: tuple[float, ...], common: list[Row] | None = None) -> Budget:
     """Put each pass@k spec at the common budget into ``row.budget[spec.name]`` (its values by
     seed into ``row.budget_seeds[spec.name]``: a plan with ``read: budget`` tests them), the
     training step it was read at into ``row.budget["step"]`` and the tokens into
-    ``row.budget["tokens"]``; returns the :class:`Budget`."""
+    ``row.budget["tokens"]``; returns the :class:`Budget`. The budget itself is that of the
+    ``common`` rows (default: all), so a page's control rows, read at it, do not move it."""
     pass_specs = [s for s in specs if s.kind == "pass"]
     if not pass_specs:
         return Budget()
-    tokens, declared = _budget(history, rows, f"eval/{pass_specs[0].name}")
+    tokens, declared = _budget(history, rows if common is None else common,
+                               f"eval/{pass_specs[0].name}")
     if math.isnan(tokens):
         return Budget()
     read = missed = 0

@@ -17,8 +17,10 @@ Verdict rules, in order (docs/claims/README.md states the same):
    baseline. Any other row is printed as a descriptive paired interval and decides nothing.
    A page whose plan reads at the token budget (``plan.read: budget``) reads its primary as
    "<metric> at the common tokens-generated budget", the name an equal-compute claim gives.
-   A response curve's slope (a ``curve`` entry; harness/report/curves.py) decides like a row
-   when its y is the claim's primary metric: b against 0, C the entry's ``claimed`` slope.
+   A response curve's slope (a ``curve`` entry; harness/report/curves.py) decides when its y
+   is the claim's primary metric, C the entry's ``claimed`` slope: *shown* when its interval
+   excludes 0 and holds C, *not shown* when it excludes C, else *inconclusive* (a slope is a
+   size, not only a direction: one far short of C supports nothing).
 4. **Controls**: a page's rows decide only when its evidence entry names a positive control row
    that the page detects (significant, against the claimed direction) and an A/A row that it does
    not. Otherwise the rows read "controls not run" (or "controls failed") and cannot give
@@ -247,8 +249,9 @@ def claimed_effect(claim: dict, page: Page, ev: dict, base: str) -> tuple[float 
     if m:
         return float(m[1]), f"{m[1]} (the claim file's conversion)"
     if "percent fewer" in unit and n is not None and base in page.rows:
+        at = "at_budget" if read_as(page, ev["metric"]) != ev["metric"] else "final"
         mean = _num(page.rows[base].get(TRACK[ev["metric"]][1] if page.track
-                                        else f"{ev['metric']}/final_mean"))
+                                        else f"{ev['metric']}/{at}_mean"))
         if not math.isnan(mean):
             return -n / 100 * mean, (f"{n:g}% below `{base}`'s mean on this page, "
                                      f"{mean:.{1 if page.track else 3}f}")
@@ -298,11 +301,21 @@ def row_result(r: Reading, c: float | None, sign: int) -> str:
     return NOT_SHOWN if powered else INCONCLUSIVE
 
 
+def curve_result(r: Reading, c: float) -> str:
+    """Rule 5 for a response curve: the claim is a slope ``c`` (1: y follows x), not only a
+    direction, so a slope that leaves 0 but falls far short of ``c`` is no support. *Shown*:
+    the interval excludes 0 and holds ``c``; *not shown*: it excludes ``c``; else
+    inconclusive."""
+    if not r.low <= c <= r.high:
+        return NOT_SHOWN
+    return SHOWN if r.significant and r.est * c > 0 else INCONCLUSIVE
+
+
 def controls(page: Page, ev: dict, sign: int) -> str:
     """'' when the page's positive control is detected and its A/A control is not (rule 4). A
-    board that declares its controls (plan.controls) says so on the page, tested on its own
-    primary metric: that line is read. Otherwise (the LANTERN track) the evidence entry's
-    control rows are read, detected in the claim's direction."""
+    board that declares its controls (plan.controls) says so on the page, tested on the metric
+    and in the direction it declares: that line is read. Otherwise (the LANTERN track) the
+    evidence entry's control rows are read, detected in the claim's direction."""
     if page.declared_controls:
         state = page.declared_controls
         return "" if state == "controls passed" else f"{state} (the board's declared controls)"
@@ -338,11 +351,13 @@ def judge_claim(claim: dict, pages: dict[str, Page]) -> tuple[str, str, list[tup
             base = ev.get("baseline") or page.rows[ev["rows"][0]].get("baseline", "")
             c, ctext = claimed_effect(claim, page, ev, base)
             readings = [read_row(page, ev, row) for row in ev["rows"]]
+        # a curve is of final values: never read "at the budget"
+        read = ev["metric"] if "curve" in ev else read_as(page, ev["metric"])
         for r in readings:
-            if not r.blocked and read_as(page, ev["metric"]) != claim["primary"]["metric"]:
+            if not r.blocked and read != claim["primary"]["metric"]:
                 r.blocked = f"not the claim's primary metric, {claim['primary']['metric']}"
             if not r.blocked:
-                r.result = row_result(r, c, sign)
+                r.result = curve_result(r, c) if "curve" in ev else row_result(r, c, sign)
         blocks.append((page, ev, ctext, controls(page, ev, sign), readings))
     if not blocks:
         return (NOT_TESTABLE, "no committed board tests it and it needs the GPU suite", []) \
@@ -392,7 +407,8 @@ def _section(claim: dict, verdict: str, reason: str, blocks: list[tuple], rel) -
                   f"- {page.reproduce}.", f"- Claimed effect C: {ctext}.",
                   f"- Controls: {note.removeprefix('controls ') or 'passed'}.", "",
                   f"| row | baseline | seeds | row's mean | Δ `{ev['metric']}` | interval | "
-                  "adjusted p | MDE | reading |", "|---|---|---|---|---|---|---|---|---|"]
+                  f"{'p' if 'curve' in ev else 'adjusted p'} | MDE | reading |",
+                  "|---|---|---|---|---|---|---|---|---|"]
         for r in readings:
             read = (f"descriptive: {r.blocked}" if r.blocked else
                     f"would read *{r.result}*; {note.split(' (')[0]}" if note else

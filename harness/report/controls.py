@@ -10,6 +10,12 @@ conf/board/*.yaml):
   its ``block_seed`` (tag ``rlbench.seed``; the seed it trained with is ``rlbench.train_seed``).
   It must be *not detected*: a significant difference is a false positive.
 
+A testbed whose claim is about another quantity than the primary declares the ``metric`` both
+are tested on (a final metric such as ``token_entropy``) and the ``direction`` the positive
+control must move it (``above``: an entropy bonus raises entropy); a declared metric is read at
+``final/``, the primary where the plan reads it (``plan.read``: its last evaluation, or at the
+token budget).
+
 Each control is compared with its baseline alone by the board's test (harness/report/
 analysis.py: the seed-blocked model, here of two rows, so a paired t-test; a family of one at
 the plan's ``alpha``; MDE at its ``power``). Controls are not in the family of the method rows,
@@ -31,7 +37,7 @@ import math
 from dataclasses import dataclass, field
 
 from harness.report.analysis import Comparison, analyse
-from harness.report.config import CONTROL_ROLES, BoardConfig
+from harness.report.config import CONTROL_ROLES, BoardConfig, BoardError
 from harness.report.tables import Row, Spec
 
 __all__ = ["FAILED", "NOT_RUN", "PASSED", "Control", "Controls", "check_controls", "csv_fields",
@@ -67,8 +73,9 @@ class Control:
     @property
     def result(self) -> str:
         """The verdict in words: a positive control is *detected* when its difference from its
-        baseline is significant and negative (the primary metric, pass@k or mean@n, is higher
-        for better); an A/A control is *detected (false positive)* when significant at all."""
+        baseline is significant in its declared direction (by default negative: the primary,
+        pass@k or mean@n, is higher for better); an A/A control is *detected (false positive)*
+        when significant at all."""
         c = self.comparison
         if self.row is None:
             return "not run"
@@ -162,6 +169,10 @@ def check_controls(controls: Controls, rows: list[Row], prim: Spec | None,
             c.note = f"no baseline row ({c.row.baseline_note or 'none paired'})"
         else:
             key = f"final/{c.metric}" if c.metric else f"{read}/{prim.name}"
+            if c.metric and not (c.row.per_seed(key) or base.per_seed(key)):
+                raise BoardError(f"plan.controls.{c.sweep}.metric: {c.metric!r} is not a final "
+                                 f"metric of the control runs ({key} not found; e.g. "
+                                 "token_entropy, or a primary such as heldout/pass_at_1)")
             a = analyse({c.row.key: c.row.per_seed(key), base.key: base.per_seed(key)},
                         [(c.row.key, base.key)], controls.alpha, controls.power)
             if a.comparisons:
@@ -197,7 +208,10 @@ def section(controls: Controls) -> list[str]:
     pct = f"{round((1 - controls.alpha) * 100)}%"
     lines = ["", "## Controls", "",
              f"**{controls.status}.** Each testbed is first checked to be sensitive: a positive "
-             "control (a deliberately handicapped baseline) must be detected below its baseline "
+             "control (a deliberately handicapped baseline) must be detected "
+             + ("in its declared direction from its baseline " if any(
+                 c.direction != "below" for c in controls.items) else "below its baseline ")
+             +
              "and an A/A control (the baseline on other seeds, each run paired with the "
              "baseline's run of its `block_seed`) must not be detected. Each is compared with "
              "its baseline alone by the seed-blocked model (two rows: a paired t-test), a "
@@ -228,11 +242,17 @@ def section(controls: Controls) -> list[str]:
 
 def csv_fields(controls: Controls, key: str) -> dict[str, str]:
     """The CSV columns of row ``key`` on a board that declares controls: ``control`` (positive |
-    aa | empty), ``control_result`` (the verdict in words) and ``control_passed`` (1 | 0)."""
+    aa | empty), ``control_result`` (the verdict in words), ``control_passed`` (1 | 0) and, where
+    a control declares its metric, ``control_metric``."""
     if not controls.items:
         return {}
+    # on a board whose controls declare their metric, the control rows' primary_* columns hold
+    # their test on it: control_metric names it
+    declared = any(x.metric for x in controls.items)
     c = controls.by_key().get(key)
     if c is None:
-        return {"control": "", "control_result": "", "control_passed": ""}
+        return {"control": "", "control_result": "", "control_passed": "",
+                **({"control_metric": ""} if declared else {})}
     return {"control": c.role, "control_result": c.result,
-            "control_passed": str(int(c.passed))}
+            "control_passed": str(int(c.passed)),
+            **({"control_metric": c.metric or ""} if declared else {})}

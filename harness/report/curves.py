@@ -30,9 +30,10 @@ the curves of the sweeps its runs came from::
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
+from harness.report.analysis import identical_to
 from harness.report.config import BoardError, CurveSpec
 from harness.report.stats import Interval, interval
 from harness.report.tables import Row
@@ -56,6 +57,9 @@ class Curve:
     n: int = 0  # runs in the fit
     baseline: Interval | None = None
     note: str = ""  # why there is no fit
+    # pairs of curve rows whose runs agree bit for bit (e.g. two targets the controller treats
+    # alike on every step): separate points in the fit, one computation
+    identical: list[tuple[str, str]] = field(default_factory=list)
 
     @property
     def png(self) -> str:
@@ -95,6 +99,10 @@ def fit_curve(rows: list[Row], spec: CurveSpec, confidence: float, power: float)
         data += [(x, seed, y) for seed, y in ys.items()]
     points.sort()
     curve = Curve(spec, points)
+    mine = sorted((r for r in rows if r.algorithm == spec.rows), key=lambda r: _x_of(r, spec.x))
+    runs = {r.label: {s: run.metrics for s, run in r.runs.items()} for r in mine}
+    curve.identical = [(a.label, b.label) for i, a in enumerate(mine) for b in mine[i + 1:]
+                       if identical_to(runs[a.label], runs[b.label])]
     base = next((r for r in rows if r.label == spec.baseline), None) if spec.baseline else None
     if base is not None:
         curve.baseline = interval(list(base.per_seed(metric).values()), confidence)
@@ -180,5 +188,10 @@ def section(curves: list[Curve], confidence: float) -> list[str]:
             lines.append(f"- Slope: **{c.slope:+.3f}** [{c.low:+.3f}, {c.high:+.3f}], "
                          f"SE {c.se:.3f}, p {c.p:.3g}, MDE {c.mde:.3f} ({c.n} runs, "
                          f"{c.df} residual df).")
+        if c.identical:
+            lines.append("- Identical in every run: " + ", ".join(
+                f"{a} ≡ {b}" for a, b in c.identical) + ". Their runs computed the same thing, "
+                "yet each row counts as separate points in the fit: its SE and MDE are "
+                "optimistic (the design has fewer distinct points than rows).")
         lines += ["", f"![{c.spec.name}]({c.png})"]
     return lines

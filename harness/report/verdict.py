@@ -208,8 +208,9 @@ def primary_section(v: Verdict, cfg: BoardConfig) -> list[str]:
         share = v.start_sd ** 2 / v.seed_var if v.seed_var > 0 else math.nan
         lines += ["", f"Evaluation noise: the warm start, one model re-evaluated with each "
                   f"seed's sampling, scores with SD {v.start_sd:.4f} across seeds, "
-                  f"{_fmt(100 * share, '.0f')}% of the final scores' variance over seeds "
-                  "(pooled within rows)"
+                  f"{_fmt(100 * share, '.0f')}% of the "
+                  + ("final" if cfg.plan.read == "final" else "at-budget")
+                  + " scores' variance over seeds (pooled within rows)"
                   + (f"; the final evaluations' own sampling SE is {v.sampling_se:.4f} (logged "
                      f"per evaluation)" if not math.isnan(v.sampling_se) else "")
                   + ". A larger evaluation (more problems or samples) lowers it."]

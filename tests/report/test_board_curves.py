@@ -43,7 +43,8 @@ def _entropy(slope: float, i: int, j: int, target: float | None) -> float:
 
 def _experiment(client: MlflowClient, name: str, root, slope: float, odd: str = ""):
     """``odd``: "mixed" gives seed 0 of the first row another target; "missing" leaves the
-    first row's runs without the key."""
+    first row's runs without the key; "twins" makes the 0.9 row's runs those of the 0.6 row
+    (a controller that treats both targets alike on every step)."""
     exp = client.create_experiment(name, artifact_location=(root / name).as_uri())
     rows = [*((f"arbitrary_entropy@{t:g}", t) for t in TARGETS), ("grpo", None)]
     n = 0
@@ -62,7 +63,8 @@ def _experiment(client: MlflowClient, name: str, root, slope: float, odd: str = 
                     params.append(Param("algorithm.rollout.target_entropy", str(x)))
             rid = client.create_run(exp, start_time=n, tags=tags).info.run_id
             n += 1
-            h = _entropy(slope, i, j, target)
+            h = _entropy(slope, 2 if odd == "twins" and i == 3 else i, j,
+                         TARGETS[2] if odd == "twins" and i == 3 else target)
             client.log_batch(rid, params=params, metrics=[
                 Metric("eval/heldout/pass_at_1", 0.2, 0, 20),
                 Metric("final/heldout/pass_at_1", 0.2, 0, 20),
@@ -81,6 +83,7 @@ def store(tmp_path_factory):
     _experiment(client, "ignores", root, slope=0.0)
     _experiment(client, "mixed", root, slope=0.5, odd="mixed")
     _experiment(client, "missing", root, slope=0.5, odd="missing")
+    _experiment(client, "twins", root, slope=0.5, odd="twins")
     (root / "curve.yaml").write_text(CURVE)
     return root, uri
 
@@ -128,6 +131,15 @@ def test_the_slope_is_the_seed_blocked_regression_and_excludes_zero_only_when_it
     table = md.split("### entropy_vs_target", 1)[1].split("- Slope", 1)[0]
     order = [ln.split("|")[2].strip() for ln in table.splitlines() if ln.startswith("| ")][1:]
     assert order == [f"arbitrary_entropy@{t:g}" for t in TARGETS] + ["grpo (baseline)"]
+
+
+def test_rows_whose_runs_are_identical_are_named_beside_the_slope(store):
+    """Two targets the controller treats alike give bit-identical runs: the page names them,
+    since the fit counts them as separate points (an optimistic SE); distinct rows, none."""
+    md, _ = _page(store, "twins")
+    assert ("- Identical in every run: arbitrary_entropy@0.6 ≡ arbitrary_entropy@0.9. Their "
+            "runs computed the same thing") in md
+    assert "Identical in every run" not in _page(store, "follows")[0]
 
 
 def test_a_curve_row_without_one_value_of_its_key_is_refused(store):

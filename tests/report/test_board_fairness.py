@@ -326,3 +326,54 @@ def test_plan_read_takes_final_or_budget_only(tmp_path):
     cfg.write_text("plan: {read: last}\n")
     with pytest.raises(BoardError, match=r"plan\.read must be final .* or budget .*got 'last'"):
         load_config(cfg)
+
+
+def test_at_the_budget_controls_are_read_there_and_do_not_move_it(tmp_path):
+    """``plan.read: budget`` with declared controls: the positive control (a tenth of the rate,
+    trained 30 steps) is tested at the budget, where it is below GRPO, not at its last
+    evaluation, where it is above; an A/A run that stopped short (1,400 tokens) is left out of
+    its row instead of pulling the method rows' budget (2,000 tokens) down to it."""
+    uri = f"sqlite:///{tmp_path / 'mlruns.db'}"
+    client = MlflowClient(uri)
+    exp = client.create_experiment("bed", artifact_location=(tmp_path / "a").as_uri())
+    curves = {"grpo": (0.10, 0.20, 0.30), "lope": (0.10, 0.22, 0.28),
+              "grpo@lr_div10": (0.10, 0.05, 0.08, 0.60), "grpo@aa": (0.10, 0.20, 0.30)}
+    n = 0
+    for label, ev in curves.items():
+        alg, _, variant = label.partition("@")
+        for seed in SEEDS:
+            train_seed = 200 + seed if variant == "aa" else seed
+            rng = np.random.default_rng(train_seed + 7 * n)
+            vals = [v + rng.normal(0, 0.004) for v in ev]
+            per_step = {"lope": 205, "grpo@aa": 70 if seed == 2 else 100}.get(label, 100)
+            steps = [10 * i for i in range(len(vals))]
+            metrics = [("eval/heldout/pass_at_1", s, v) for s, v in zip(steps, vals)]
+            metrics += [("final/heldout/pass_at_1", steps[-1], vals[-1])]
+            metrics += [("rollout/tokens_total", s, per_step * s) for s in range(1, steps[-1] + 1)]
+            tags = {"rlbench.sweep": "bed", "rlbench.seed": str(seed),
+                    "rlbench.train_seed": str(train_seed),
+                    **({"rlbench.variant": variant} if variant else {})}
+            _run(client, exp, alg=alg, seed=seed, start=n, metrics=metrics, tags=tags,
+                 params={"algorithm.name": alg, "seed": train_seed, "trainer.optim.lr":
+                         "1e-05" if variant == "lr_div10" else "0.0001",
+                         **({"block_seed": seed} if variant == "aa" else {})})
+            n += 1
+    cfg = tmp_path / "bed.yaml"
+    cfg.write_text("baseline: grpo\nvariant: [tags.rlbench.variant]\nplan: {read: budget, "
+                   "controls: {bed: {positive: grpo@lr_div10, aa: grpo@aa}}}\n")
+    build_leaderboards(uri, "bed", tmp_path / "board", config=cfg)
+    page = tmp_path / "board" / "countdown-tiny" / "tiny"
+    with open(page / "leaderboard.csv", newline="") as f:
+        rows = {r["row"]: r for r in csv.DictReader(f)}
+    md = (page / "leaderboard.md").read_text()
+    assert "common budget of 2,000 tokens generated" in md
+    assert rows["grpo@lr_div10"]["control_result"] == "detected"
+    assert float(rows["grpo@lr_div10"]["primary_estimate"]) == pytest.approx(0.08 - 0.30,
+                                                                            abs=0.02)
+    assert rows["grpo@aa"]["control_result"] == "not detected"
+    assert rows["grpo@aa"]["heldout/pass_at_1/at_budget_n"] == "2"  # seed 2 stopped short
+    # rlbench power plans from the same read: the method rows at the budget, as the board
+    from harness.cli.power import plan_lines
+
+    lines = plan_lines(uri, "bed", str(cfg), [0.05])
+    assert any("(at the budget of 2,000 tokens); 1 comparisons" in ln for ln in lines), lines

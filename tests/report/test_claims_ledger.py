@@ -232,8 +232,9 @@ def test_every_number_under_a_board_is_read_from_the_csv_it_cites():
             slope = re.search(rf"^### {re.escape(m[1])}: .*?^(- Slope: .*)$", quoted,
                               re.M | re.S)
             assert slope, (stem, m[1])
-            for token in _numbers(line):
-                assert token in slope[1], (stem, m[1], token)
+            for token in _numbers(line):  # a whole number of the line, not a prefix of one
+                assert re.search(rf"(?<![\d.]){re.escape(token)}(?![\d])", slope[1]), \
+                    (stem, m[1], token)
                 checked += 1
         elif csv_rows and (m := re.match(r"\| `([^`]+)` \|", line)):
             for token in _numbers(line):
@@ -357,6 +358,8 @@ def _curve_ev(board: str, **kw) -> list[dict]:
     (0.02, -0.03, 0.07, 0.08, NOT_SHOWN),   # flat, and the testbed would have seen a slope of 1
     (0.3, -0.5, 1.1, 1.4, INCONCLUSIVE),    # too few runs to tell 0 from 1
     (-0.4, -0.6, -0.2, 0.3, NOT_SHOWN),     # moves against the target
+    (0.05, 0.02, 0.08, 0.03, NOT_SHOWN),    # moves with it, far short of following it
+    (0.7, 0.4, 1.0, 0.4, SHOWN),            # the interval's edge holds 1
 ])
 def test_a_response_curves_slope_decides_against_the_claimed_slope(tmp_path, slope, low, high,
                                                                    mde, verdict):
