@@ -10,7 +10,8 @@ and prints, from the FINISHED training runs of sweep ``suite`` only:
 * per machine run (a gap of more than ``--gap`` minutes between the last run ending and the
   next starting separates two): its wall clock from the first run's start to the last run's
   end, the cells it finished and the worker-seconds outside the cells' ``final/wall_s``
-  (2 x wall clock - their sum: process start-up, imports, MLflow set-up, idle tails);
+  (2 x wall clock - their sum: process start-up, imports, MLflow set-up, idle tails); a cell
+  resumed in a later machine run counts in the one that finished it;
 * the projection: the finished cells' seconds plus, for each unfinished cell, the mean of its
   (algorithm, recipe) pair where a seed finished, else the recipe's mean over finished cells
   times the algorithm's mean ratio to GRPO on the other recipes (1 where unknown); divided by
@@ -97,8 +98,14 @@ def main(argv: list[str] | None = None) -> int:
         print(f"| {task} | {len(ws)} of {need} | {task_mean[task]:.1f} | {sum(ws):.0f} | "
               + (f"{statistics.mean(grpo):.1f} ({len(grpo)})" if grpo else "—") + " |")
 
-    # machine runs: clusters of runs separated by more than --gap minutes
-    spans = sorted((rec["start_time"] / 1e3, rec["end_time"] / 1e3, wall(rec)) for rec in runs)
+    # machine runs: clusters of runs separated by more than --gap minutes. A cell killed at a
+    # machine run's end and resumed in a later one keeps its MLflow run (and start time): it is
+    # placed by its last stretch, end - final/wall_s, in the run that finished it
+    def start(rec: dict) -> float:
+        s, e = rec["start_time"] / 1e3, rec["end_time"] / 1e3
+        return e - wall(rec) if e - s > wall(rec) + args.gap * 60 else s
+
+    spans = sorted((start(rec), rec["end_time"] / 1e3, wall(rec)) for rec in runs)
     machine: list[list[tuple[float, float, float]]] = []
     for s in spans:
         if machine and s[0] - max(e for _, e, _ in machine[-1]) <= args.gap * 60:

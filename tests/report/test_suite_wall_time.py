@@ -62,3 +62,17 @@ def test_no_suite_runs_is_said_and_exit_1(tmp_path, monkeypatch, capsys):
     monkeypatch.setattr(wall_time, "suite_cells", lambda: PAIRS)
     assert wall_time.main([_export(tmp_path, [_run(0, "grpo", "a", 1, 0, sweep="x")])]) == 1
     assert "no FINISHED suite runs" in capsys.readouterr().out
+
+
+def test_a_cell_resumed_in_a_later_machine_run_is_counted_in_the_run_that_finished_it(
+        tmp_path, monkeypatch, capsys):
+    """A cell killed as one machine run stops and resumed in the next keeps its MLflow run and
+    start time; placed by its start it would join the two runs into one spanning the gap."""
+    monkeypatch.setattr(wall_time, "suite_cells", lambda: PAIRS[:4])
+    resumed = _run(2, "cispo", "a", 50, 0)
+    resumed["end_time"] = 3700 * 1e3  # started at 0, killed, finished at 3,700 s after 50 s
+    runs = [_run(0, "grpo", "a", 100, 0), _run(1, "grpo", "a", 100, 0), resumed,
+            _run(3, "cispo", "a", 50, 3600)]
+    assert wall_time.main([_export(tmp_path, runs), "--gap", "10"]) == 0
+    out = capsys.readouterr().out
+    assert "| 1 | 0.03 | 2 |" in out and "| 2 | 0.03 | 2 |" in out, out
