@@ -267,9 +267,9 @@ def read_row(page: Page, ev: dict, row: str) -> Reading:
                     *(_num(rec.get(col + k)) for k in ("", " low", " high")))
         r.significant, r.mean = r.low > 0 or r.high < 0, _num(rec.get(TRACK[metric][1]))
         return r
-    title = re.sub(r"/(pass|mean|maj)_at_(\d+)$", r" \1@\2", metric)
+    title = _title(metric)
     # the row's mean where the page reads it: at the token budget on a page whose plan says so
-    at = "at_budget" if page.at_budget and title == page.primary else "final"
+    at = "at_budget" if read_as(page, metric) != metric else "final"
     mean = _num(rec.get(f"{metric}/{at}_mean"))
     if title != page.primary:
         return Reading(row, rec["baseline"], rec["n_seeds"], *(
@@ -285,12 +285,17 @@ def read_row(page: Page, ev: dict, row: str) -> Reading:
     return r
 
 
+def _title(metric: str) -> str:
+    """A metric as a page's primary line names it: heldout/pass_at_1 -> heldout pass@1."""
+    return re.sub(r"/(pass|mean|maj)_at_(\d+)$", r" \1@\2", metric)
+
+
 def read_as(page: Page, metric: str) -> str:
     """The evidence metric as its page reads it: a page whose plan reads the primary at the
     common token budget reads ``<metric> at the common tokens-generated budget`` (a claim at
     equal compute names its primary metric so), any other page the metric itself."""
-    title = re.sub(r"/(pass|mean|maj)_at_(\d+)$", r" \1@\2", metric)
-    return f"{metric} {AT_BUDGET}" if page.at_budget and title == page.primary else metric
+    return f"{metric} {AT_BUDGET}" if page.at_budget and _title(metric) == page.primary \
+        else metric
 
 
 def row_result(r: Reading, c: float | None, sign: int) -> str:
