@@ -283,6 +283,14 @@ def test_a_control_declared_on_another_metric_is_tested_on_it_in_its_direction(s
     assert "- Controls: **controls failed**" in md
 
 
+def test_a_control_declared_on_a_metric_no_run_logged_is_one_board_error(store):
+    """A declared control metric that neither the control nor its baseline logged is a
+    configuration error naming the key and the metric, not a control silently not run."""
+    with pytest.raises(BoardError, match=r"plan\.controls\.reported\.metric: 'tokn_entropy' "
+                                         r"is not a final metric of the control runs"):
+        _board(store, "entropy", ON_ENTROPY.replace("token_entropy", "tokn_entropy"))
+
+
 def test_plan_controls_must_name_both_rows(tmp_path):
     for bad in ("{reported: {positive: grpo@lr_div10}}", "{reported: [grpo@aa]}",
                 "{reported: {positive: grpo@aa, aa: grpo@aa}}",

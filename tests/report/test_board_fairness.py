@@ -114,7 +114,7 @@ def test_step_size_table_shows_each_rows_selected_learning_rate(tuned):
 # evaluations at steps 0, 10, 20; grpo and dapo generate 100 tokens a step, so their last
 # evaluation is at 2,000 tokens (the budget); lope about twice as many: seeds 0 and 1 205 a step
 # (step 10 at 2,050 tokens, 2.5% past the budget), seed 2 212 (step 10 at 2,120: 6%, too far)
-EVAL = {"grpo": (0.10, 0.20, 0.30), "lope": (0.10, 0.30, 0.50), "dapo": (0.1, 0.5, 0.9)}
+EVAL = {"grpo": (0.10, 0.20, 0.30), "lope": (0.10, 0.25, 0.50), "dapo": (0.1, 0.5, 0.9)}
 PER_STEP = {"grpo": 100, "lope": 205, "dapo": 100}
 PER_STEP_SEED = {("lope", 2): 212}
 GRAD = {"grpo": (0.5, 0.0), "lope": (5.0, 1.0), "dapo": (0.6, 0.0)}  # norm, clipped share
@@ -317,6 +317,13 @@ def test_a_plan_that_reads_at_the_budget_tests_each_runs_evaluation_there(fair):
     assert "- Primary metric: heldout pass@1 (evaluation at the common budget of 2,000 tokens " \
         "generated (within 5%))." in md
     assert "primary metric heldout pass@1 of each run's evaluation at the common budget" in md
+    # rows ranked, and the index line read, at the budget: here GRPO's mean there is above
+    # LOPE's, the reverse of their last evaluations (about 0.30 against 0.50)
+    mean = {a: float(np.mean(list(v.values()))) for a, v in at.items()}
+    assert mean["grpo"] > mean["lope"]
+    assert [r for r in rows if r != "dapo"] == ["grpo", "lope"]
+    index = (out / "README.md").read_text()
+    assert "highest mean heldout pass@1 at the token budget: **dapo** 0.9" in index
 
 
 def test_plan_read_takes_final_or_budget_only(tmp_path):
