@@ -121,13 +121,41 @@ def no_command_from_another_test(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("RLBENCH_COMMAND", raising=False)
 
 
+@pytest.fixture(scope="session")
+def mlflow_schema(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """An empty SQLite MLflow store with every migration applied, made once per session: the
+    state MLflow leaves a new store in before its first write, with no path or experiment in
+    it. Migrating a new store takes 2-3 s on a 2-core machine, paid by each ``rlbench``
+    subprocess of a test otherwise (:func:`cli_env` hands them a copy)."""
+    import sqlalchemy
+    from filelock import FileLock
+    from mlflow.store.db import utils
+
+    template = _session_dir(tmp_path_factory) / "mlflow-schema.db"
+    with FileLock(f"{template}.lock").acquire(timeout=600):
+        if not template.exists():
+            partial = template.with_name("mlflow-schema.partial.db")
+            partial.unlink(missing_ok=True)
+            engine = sqlalchemy.create_engine(f"sqlite:///{partial}")
+            utils._initialize_tables(engine)
+            engine.dispose()
+            partial.rename(template)
+    return template
+
+
 @pytest.fixture
-def cli_env(tmp_path: Path, model_cache: Path) -> dict[str, str]:
-    """Environment for `rlbench` subprocesses: private cache, MLflow store and cwd."""
+def cli_env(tmp_path: Path, model_cache: Path, mlflow_schema: Path) -> dict[str, str]:
+    """Environment for `rlbench` subprocesses: private cache, MLflow store and cwd. The store
+    starts as a copy of the session's migrated empty one (:func:`mlflow_schema`)."""
+    import shutil
+
     env = dict(os.environ)
     env.pop("RLBENCH_COMMAND", None)  # a subprocess is a command of its own
     env["RLBENCH_CACHE"] = str(model_cache)
-    env["MLFLOW_TRACKING_URI"] = f"sqlite:///{tmp_path / 'mlruns.db'}"
+    store = tmp_path / "mlruns.db"
+    if not store.exists():
+        shutil.copyfile(mlflow_schema, store)
+    env["MLFLOW_TRACKING_URI"] = f"sqlite:///{store}"
     return env
 
 

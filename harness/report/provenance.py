@@ -41,6 +41,7 @@ from harness.config import CONF_DIR
 from harness.manifest import NOT_CODE, not_a_checkout, source_checkout
 from harness.report.collect import EXPORTED_ID_TAG
 from harness.report.config import BoardError
+from harness.report.metric_rows import is_database, read_histories, write_histories
 from harness.report.tables import Run
 
 __all__ = ["BUILD_LINES", "Checkout", "checkout", "clean_checkout", "display_tracking_uri",
@@ -219,12 +220,23 @@ def where(commits: Iterable[str]) -> str:
 
 # ---------------------------------------------------------------------------------- export
 
+def _histories(client: MlflowClient, run_id: str, keys: Iterable[str]) -> dict[str, list]:
+    """Every metric history of a run, each in ``get_metric_history``'s order: in one query on a
+    database-backed store (harness/report/metric_rows.py), else one call per key."""
+    uri = str(client.tracking_uri)
+    if is_database(uri):
+        return read_histories(uri, run_id)
+    return {key: [(m.step, m.value, m.timestamp) for m in client.get_metric_history(run_id, key)]
+            for key in keys}
+
+
 def _record(client: MlflowClient, run_id: str) -> dict:
     run = client.get_run(run_id)
+    histories = _histories(client, run_id, run.data.metrics)
     metrics = {}
     for key in sorted(run.data.metrics):
-        hist = sorted(client.get_metric_history(run_id, key), key=lambda m: (m.step, m.timestamp))
-        metrics[key] = [[m.step, m.value, m.timestamp] for m in hist]
+        hist = sorted(histories.get(key, ()), key=lambda m: (m[0], m[2]))  # step, timestamp
+        metrics[key] = [[step, value, ts] for step, value, ts in hist]
     tags = {k: v for k, v in sorted(run.data.tags.items())}
     tags.setdefault(EXPORTED_ID_TAG, run_id)  # a re-export keeps the first store's id
     return {"run_id": tags[EXPORTED_ID_TAG], "status": run.info.status,
@@ -262,7 +274,7 @@ def import_runs(path: Path, tracking_uri: str, experiment: str, *,
     if skip_present and exp is not None:
         present = {r.data.tags.get(EXPORTED_ID_TAG, r.info.run_id)
                    for r in client.search_runs([exp_id], max_results=50000)}
-    loaded = 0
+    loaded, bulk = 0, is_database(tracking_uri)
     for rec in records:
         if rec["run_id"] in present:
             continue
@@ -270,12 +282,15 @@ def import_runs(path: Path, tracking_uri: str, experiment: str, *,
                                 tags={**rec["tags"], EXPORTED_ID_TAG: rec["run_id"]})
         rid = run.info.run_id
         params = [Param(k, v) for k, v in rec["params"].items()]
-        metrics = [Metric(k, float(v), ts, step)
-                   for k, points in rec["metrics"].items() for step, v, ts in points]
         for i in range(0, len(params), 100):
             client.log_batch(rid, params=params[i:i + 100])
-        for i in range(0, len(metrics), _BATCH):
-            client.log_batch(rid, metrics=metrics[i:i + _BATCH])
+        if bulk:  # the same rows as log_batch writes, in one statement (metric_rows.py)
+            write_histories(tracking_uri, [(rid, rec["metrics"])])
+        else:
+            metrics = [Metric(k, float(v), ts, step)
+                       for k, points in rec["metrics"].items() for step, v, ts in points]
+            for i in range(0, len(metrics), _BATCH):
+                client.log_batch(rid, metrics=metrics[i:i + _BATCH])
         client.set_terminated(rid, rec["status"], end_time=rec["end_time"])
         present.add(rec["run_id"])
         loaded += 1
