@@ -8,10 +8,11 @@ and prints, from the FINISHED training runs of sweep ``suite`` only:
   run's own seconds: training and evaluation, without the cached warm start), and the GRPO
   cell's mean;
 * per machine run (a gap of more than ``--gap`` minutes between the last run ending and the
-  next starting separates two): its wall clock from the first run's start to the last run's
-  end, the cells it finished and the worker-seconds outside the cells' ``final/wall_s``
-  (2 x wall clock - their sum: process start-up, imports, MLflow set-up, idle tails); a cell
-  resumed in a later machine run counts in the one that finished it;
+  next starting separates two): its workers (the most cells running at once), its wall clock
+  from the first run's start to the last run's end, the cells it finished and the
+  worker-seconds outside the cells' ``final/wall_s`` (workers x wall clock - their sum: process
+  start-up, imports, MLflow set-up, idle tails); a cell resumed in a later machine run counts
+  in the one that finished it;
 * the projection: the finished cells' seconds plus, for each unfinished cell, the mean of its
   (algorithm, recipe) pair where a seed finished, else the recipe's mean over finished cells
   times the algorithm's mean ratio to GRPO on the other recipes (1 where unknown); divided by
@@ -55,6 +56,18 @@ def suite_cells() -> list[tuple[str, str]]:
         cfg = configs[tuple(o for o in cell if not o.startswith("seed="))]
         pairs.append((str(cfg.algorithm.name), str(cfg.task.name)))
     return pairs
+
+
+def workers(cells: list[tuple[float, float, float]]) -> int:
+    """A machine run's workers: the most of its cells running at one moment (a sweep started
+    with one worker is not a two-worker sweep that idled half the time). Cells that end as
+    another starts do not overlap."""
+    events = sorted([(s, 1) for s, _, _ in cells] + [(e, -1) for _, e, _ in cells])
+    running = peak = 0
+    for _, step in events:  # at equal times the end (-1) sorts before the start (+1)
+        running += step
+        peak = max(peak, running)
+    return max(peak, 1)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -112,16 +125,19 @@ def main(argv: list[str] | None = None) -> int:
             machine[-1].append(s)
         else:
             machine.append([s])
-    print("\n| machine run | wall clock h | cells | sum final/wall_s h | overhead share |")
-    print("|---|---|---|---|---|")
-    clock = cell_s = 0.0
+    print("\n| machine run | workers | wall clock h | cells | sum final/wall_s h "
+          "| overhead share |")
+    print("|---|---|---|---|---|---|")
+    worker_s = cell_s = 0.0
     for i, m in enumerate(machine, 1):
         c = max(e for _, e, _ in m) - min(s for s, _, _ in m)
         w = sum(x for *_, x in m)
-        clock, cell_s = clock + c, cell_s + w
-        print(f"| {i} | {c / 3600:.2f} | {len(m)} | {w / 3600:.2f} | "
-              f"{1 - w / (WORKERS * c):.1%} |")
-    overhead = max(0.0, 1 - cell_s / (WORKERS * clock)) if clock else 0.0
+        n = workers(m)
+        worker_s, cell_s = worker_s + n * c, cell_s + w
+        print(f"| {i} | {n} | {c / 3600:.2f} | {len(m)} | {w / 3600:.2f} | "
+              f"{1 - w / (n * c):.1%} |")
+    # the share of worker time no cell used, over every machine run at its own worker count
+    overhead = max(0.0, 1 - cell_s / worker_s) if worker_s else 0.0
 
     # projection of the unfinished cells
     ratio = {}

@@ -48,14 +48,29 @@ def test_machine_runs_are_split_at_gaps_and_their_overhead_is_what_cells_did_not
         tmp_path, monkeypatch, capsys):
     monkeypatch.setattr(wall_time, "suite_cells", lambda: PAIRS[:4])
     runs = [_run(0, "grpo", "a", 100, 0), _run(1, "grpo", "a", 100, 0),  # 100 s, 2 workers busy
-            _run(2, "cispo", "a", 50, 3600), _run(3, "cispo", "a", 50, 3650)]  # one at a time
+            _run(2, "cispo", "a", 50, 3600), _run(3, "cispo", "a", 50, 3620)]  # 2nd idles 20 s
     assert wall_time.main([_export(tmp_path, runs), "--gap", "10"]) == 0
     out = capsys.readouterr().out
     rows = [line for line in out.splitlines() if line.startswith("| 1 |") or
             line.startswith("| 2 |")]
     assert len(rows) == 2
-    assert rows[0].endswith("| 0.0% |")  # 200 cell-s in 2 x 100 worker-s
-    assert rows[1].endswith("| 50.0% |")  # 100 cell-s in 2 x 100 worker-s
+    assert rows[0].startswith("| 1 | 2 |") and rows[0].endswith("| 0.0% |")  # 200 in 2 x 100
+    assert rows[1].startswith("| 2 | 2 |") and rows[1].endswith("| 28.6% |")  # 100 in 2 x 70
+    assert "overhead share 11.8%" in out  # 300 cell-s in 2 x 100 + 2 x 70 worker-s
+
+
+def test_a_machine_run_on_one_worker_is_not_counted_as_an_idle_second_worker(
+        tmp_path, monkeypatch, capsys):
+    """A sweep started with one worker (cells back to back) has one worker's time to fill: its
+    overhead is what that worker did outside cells, and the projection's share is pooled over
+    the machine runs at their own worker counts."""
+    monkeypatch.setattr(wall_time, "suite_cells", lambda: PAIRS[:4])
+    runs = [_run(0, "grpo", "a", 100, 0), _run(1, "grpo", "a", 100, 0),
+            _run(2, "cispo", "a", 50, 3600), _run(3, "cispo", "a", 45, 3655)]  # 5 s between
+    assert wall_time.main([_export(tmp_path, runs), "--gap", "10"]) == 0
+    out = capsys.readouterr().out
+    assert "| 2 | 1 | 0.03 | 2 |" in out and "| 5.0% |" in out, out
+    assert "overhead share 1.7%" in out  # 295 cell-s in 2 x 100 + 1 x 100 worker-s
 
 
 def test_no_suite_runs_is_said_and_exit_1(tmp_path, monkeypatch, capsys):
