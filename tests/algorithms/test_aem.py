@@ -289,6 +289,7 @@ def test_aem_weights_of_empty_batch():
     assert aem_weights(torch.zeros(0), torch.zeros(0, dtype=torch.long), 1.0, 1e-8).numel() == 0
 
 
+@pytest.mark.slow
 def test_two_step_run_logs_the_aem_metrics(tmp_path, model_cache):
     cfg = make_config(
         tmp_path, model_cache, "algorithm=grpo_aem", "algorithm.advantage.lam=2.0",

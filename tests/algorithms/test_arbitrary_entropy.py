@@ -198,6 +198,7 @@ def entropy_run(target: float, seed: int, steps: int = 120) -> tuple[float, floa
     return start, sum(late) / len(late)
 
 
+@pytest.mark.slow
 def test_closed_loop_entropy_moves_towards_each_target():
     """Sign test on two targets around the start (≈ 2.2 nats): above it the entropy rises, below
     it falls, for every seed."""

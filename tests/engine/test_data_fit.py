@@ -159,6 +159,7 @@ def test_overlong_eval_prompts_are_dropped_and_counted_when_filtered(byo, gpt2, 
     assert out["data/test/prompts_dropped"] == 1.0 and out["eval/test/samples"] == 3 * 4
 
 
+@pytest.mark.slow
 def test_an_overlong_eval_prompt_is_refused_by_rlbench_eval(byo, gpt2, cli_env):
     proc = _rlbench(byo, cli_env, "eval", "model=hf", f"model.path={gpt2}", "task=custom",
                     "task.train=train.jsonl", "task.reward.fn=rew.py:reward",

@@ -32,6 +32,7 @@ def _fit(tmp_path, model_cache, name: str, *extra: str) -> str:
     return cfg.tracking.uri
 
 
+@pytest.mark.slow
 def test_marks_are_evaluated_at_the_nearest_token_count_and_training_is_unchanged(
         tmp_path, model_cache):
     plain = _fit(tmp_path, model_cache, "plain")

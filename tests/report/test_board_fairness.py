@@ -263,6 +263,7 @@ def test_one_seed_is_never_bold(fair):
     assert quality["lope"]["heldout pass@1"].startswith("**")
 
 
+@pytest.mark.slow
 def test_one_colour_per_algorithm_on_every_board_and_16_rows_distinguishable():
     colours = [style(a).color for a in ALGORITHM_ORDER]
     assert len(set(colours)) == len(ALGORITHM_ORDER) >= 16

@@ -7,9 +7,12 @@ from __future__ import annotations
 
 import re
 
+import pytest
+
 from tests.helpers import FAST_PRETRAIN, load_benchmark
 
 
+@pytest.mark.slow
 def test_the_step_is_timed_and_printed_as_a_multiple_of_its_floor(capsys, monkeypatch,
                                                                    model_cache, tiny_model_path):
     monkeypatch.setenv("RLBENCH_CACHE", str(model_cache))

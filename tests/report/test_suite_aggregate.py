@@ -185,6 +185,7 @@ def test_iqm_is_scipys_trimmed_mean_and_the_interval_contains_it():
     assert low < point < high
 
 
+@pytest.mark.slow
 def test_suite_board_writes_the_aggregate_beside_per_task_boards(tmp_path):
     uri = _suite_store(tmp_path)
     out = tmp_path / "boards"
