@@ -121,6 +121,9 @@ MODULES: dict[str, tuple[list[str], list[str], list[str]]] = {
     "harness/backends/kv_decode.py": (
         ["test_kv_decode.py", "test_shared_prefix.py", "test_vlm_fast_path.py"],
         ["test_shared_prefix_config.py"], []),
+    # exported runs: the metric rows a board and an import read and write in bulk
+    "harness/report/metric_rows.py": (
+        ["test_metric_rows.py"], [], []),
     # compatibility rules
     "harness/compat.py": (
         ["test_compat.py"], ["test_compat_rules.py"], []),

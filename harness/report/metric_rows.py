@@ -34,7 +34,7 @@ _DOUBLE_MAX = 1.7976931348623157e308  # what MLflow stores for ±inf (SQL has no
 def is_database(uri: str) -> bool:
     """Whether ``uri`` names a database MLflow's SQLAlchemy store opens (``sqlite:///...``,
     ``postgresql+psycopg2://...``), not a server or a folder."""
-    return urlsplit(uri).scheme.split("+", 1)[0] in DATABASE_ENGINES
+    return urlsplit(uri).scheme.partition("+")[0] in DATABASE_ENGINES
 
 
 @functools.lru_cache(maxsize=16)
@@ -52,7 +52,7 @@ def _stored(value: float) -> tuple[float, bool]:
     if math.isnan(value):
         return 0.0, True
     if math.isinf(value):
-        return (_DOUBLE_MAX if value > 0 else -_DOUBLE_MAX), False
+        return math.copysign(_DOUBLE_MAX, value), False
     return value, False
 
 
@@ -89,14 +89,15 @@ def write_histories(uri: str, histories: Iterable[tuple[str, dict[str, list[Poin
 
 def read_histories(uri: str, run_id: str) -> dict[str, list[Point]]:
     """Every metric history of ``run_id``: ``key -> [(step, value, timestamp), ...]`` in the
-    order ``get_metric_history`` returns (timestamp, step, value), NaN restored."""
+    order ``get_metric_history`` returns (timestamp, step, value), NaN restored (ordered at the
+    0 it is stored as)."""
     import sqlalchemy as sa
     from mlflow.store.tracking.dbmodels.models import SqlMetric
 
     t = SqlMetric.__table__
     query = (sa.select(t.c.key, t.c.step, t.c.value, t.c.timestamp, t.c.is_nan)
              .where(t.c.run_uuid == run_id)
-             .order_by(t.c.key, t.c.timestamp, t.c.step, t.c.value))
+             .order_by(t.c.timestamp, t.c.step, t.c.value))  # the keys are split below
     out: dict[str, list[Point]] = defaultdict(list)
     with _engine(uri).connect() as conn:
         for key, step, value, timestamp, is_nan in conn.execute(query):

@@ -13,7 +13,7 @@ import pytest
 from mlflow.tracking import MlflowClient
 
 from harness.report import provenance
-from harness.report.metric_rows import is_database
+from harness.report.metric_rows import is_database, read_histories
 
 # per key: [step, value, timestamp] as an export holds them (NaN and infinities included)
 METRICS = {
@@ -23,6 +23,9 @@ METRICS = {
     "inf": [[0, math.inf, 5], [1, -math.inf, 6]],
     "last_nan": [[0, 0.5, 1], [1, math.nan, 2]],  # the latest value is NaN
     "final/heldout/pass_at_1": [[60, 0.21, 99]],
+    "nan_tie": [[7, 0.5, 70], [7, math.nan, 70]],  # NaN sorts and ranks as the 0 it is stored as
+    "zero_nan": [[3, 0.0, 30], [3, math.nan, 30]],  # tied on (step, time, stored): first is latest
+    "order": [[1, 0.5, 90], [2, 0.4, 85], [2, 0.1, 80], [1, 0.9, 80]],  # time order != step order
 }
 MANY = {"m": [[s, s / 1000.0, 1000 + s] for s in range(2500)]}  # over one log_batch's 1,000
 
@@ -76,6 +79,7 @@ def test_bulk_import_leaves_the_store_as_log_batch_does(tmp_path, monkeypatch):
     assert bulk == plain
     latest, hist, *_ = bulk["a" * 32]
     assert latest["tied"] == repr(0.7) and latest["last_nan"] == "nan"
+    assert latest["nan_tie"] == repr(0.5) and latest["zero_nan"] == repr(0.0)
     assert latest["inf"] == repr(-1.7976931348623157e308)
     assert len(hist["dup"]) == 2 and len(bulk["b" * 32][1]["m"]) == 2500
 
@@ -102,3 +106,20 @@ def test_importing_an_export_twice_with_skip_present_loads_it_once(tmp_path, mon
         m.setattr(provenance, "is_database", lambda uri: bulk)
         assert provenance.import_runs(tmp_path / "in.jsonl.gz", uri, "x",
                                       skip_present=True) == (0, 2)
+
+
+def test_histories_read_in_bulk_come_in_get_metric_history_order(tmp_path, monkeypatch):
+    client = _load(tmp_path, "order", True, monkeypatch)
+    uri = str(client.tracking_uri)
+    for run in client.search_runs([client.get_experiment_by_name("x").experiment_id]):
+        rid = run.info.run_id
+        bulk = read_histories(uri, rid)
+        assert set(bulk) == set(run.data.metrics)
+        for key in run.data.metrics:
+            one_by_one = [(m.step, repr(m.value), m.timestamp)
+                          for m in client.get_metric_history(rid, key)]
+            assert [(s, repr(v), t) for s, v, t in bulk[key]] == one_by_one, key
+    order = read_histories(uri, next(r.info.run_id for r in client.search_runs(
+        [client.get_experiment_by_name("x").experiment_id]) if "order" in r.data.metrics))
+    assert order["order"] == [(1, 0.9, 80), (2, 0.1, 80), (2, 0.4, 85), (1, 0.5, 90)]
+    assert [repr(v) for _, v, _ in order["nan_tie"]] == ["nan", "0.5"]
