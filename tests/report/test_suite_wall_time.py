@@ -91,3 +91,11 @@ def test_a_cell_resumed_in_a_later_machine_run_is_counted_in_the_run_that_finish
     assert wall_time.main([_export(tmp_path, runs), "--gap", "10"]) == 0
     out = capsys.readouterr().out
     assert "| 1 | 0.03 | 2 |" in out and "| 2 | 0.03 | 2 |" in out, out
+
+
+def test_workers_are_cells_running_at_a_cells_midpoint_not_edges_that_touch():
+    """A resumed cell placed by its last stretch may overlap its neighbour by seconds on a
+    one-worker run: still one worker; two cells side by side for most of their time are two."""
+    assert wall_time.workers([(0, 100, 100), (98, 200, 102)]) == 1
+    assert wall_time.workers([(0, 100, 100), (10, 120, 110)]) == 2
+    assert wall_time.workers([(0, 100, 100), (0, 100, 100), (100, 150, 50)]) == 2
