@@ -79,7 +79,7 @@ def write_histories(uri: str, histories: Iterable[tuple[str, dict[str, list[Poin
                         last["step"], last["timestamp"], last["value"]):
                     last = row
             if last is not None:
-                latest.append(dict(last))
+                latest.append(last)
     if not points:
         return
     with _engine(uri).begin() as conn:
