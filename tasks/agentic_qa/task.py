@@ -43,6 +43,7 @@ from tasks.agentic_qa.tools import BM25Search, PythonTool, load_corpus
 REWARDS = ("f1", "em")
 TEMPLATES = ("text", "chat")
 TOOLS = ("search", "python")
+WARMSTART_TRACES = ("needed", "both_hops")  # task.tiny.warmstart_trace
 
 TOOL_HELP = {
     "search": "<search>query</search> searches a Wikipedia corpus and returns the top passages",
@@ -69,6 +70,10 @@ class TinyConfig:
     seed: int = 0               # generates the world and splits heldout/train
     heldout: int = 200
     warmstart_fraction: float = 0.3
+    # the warm-start traces: ``needed`` searches exactly as often as the question needs;
+    # ``both_hops`` searches both hops whatever it gives (an over-searching warm start: the
+    # positive control of the tool-call testbed, conf/sweep/agentic_decide_control_both_hops.yaml)
+    warmstart_trace: str = "needed"
     reward: str = "em"          # em | f1 (single-word answers: the same)
     max_calls: int = 4
     max_total_tokens: int = 200
@@ -150,6 +155,8 @@ class AgenticQATask(VariantTask):
         full = config.full
         for key, value, valid in (("tiny.reward", config.tiny.reward, REWARDS),
                                   ("full.reward", full.reward, REWARDS),
+                                  ("tiny.warmstart_trace", config.tiny.warmstart_trace,
+                                   WARMSTART_TRACES),
                                   ("full.template", full.template, TEMPLATES)):
             if value not in valid:
                 raise ValueError(f"task.{key}={value!r} is not valid; valid: {', '.join(valid)}")
@@ -256,8 +263,9 @@ class AgenticQATask(VariantTask):
                        answer={"answers": qa.answers}, meta={**qa.meta, "question": qa.question})
 
     def warmstart_examples(self) -> list[tuple[Example, str]]:
-        """Tiny: the reference two-search traces of a share of the train pool. Full: one search
-        with the question, its real result, then the gold answer (a format primer only)."""
+        """Tiny: the reference traces (``task.tiny.warmstart_trace``) of a share of the train
+        pool. Full: one search with the question, its real result, then the gold answer (a
+        format primer only)."""
         env = self.tool_env()
         if self.config.variant == "tiny":
             cfg = self.config.tiny
@@ -267,7 +275,8 @@ class AgenticQATask(VariantTask):
             assert env is not None
             train = self.train_examples()
             pool = train[: round(cfg.warmstart_fraction * len(train))]
-            return [(ex, testbed.trace(ex, env)) for ex in pool]
+            both = cfg.warmstart_trace == "both_hops"
+            return [(ex, testbed.trace(ex, env, both_hops=both)) for ex in pool]
         pairs = []
         for ex in self.train_examples()[: max(self.config.full.warmstart_limit, 0)]:
             gold = ex.answer["answers"][0]

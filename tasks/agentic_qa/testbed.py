@@ -25,7 +25,9 @@ so it needs ``need`` searches (the default ``[2]`` gives none: every question ne
 Needs are dealt round-robin by company, offset per relation (balanced, and never tied to the
 relation asked), so the held-out split has every need. Searching anyway still finds the answer:
 nothing but the call budget and the warm-start traces (which search exactly ``need`` times) says
-not to, which is what lets tool calls per answer differ between methods.
+not to, which is what lets tool calls per answer differ between methods. ``trace(...,
+both_hops=True)`` searches both hops whatever the question gives (an over-searching warm start:
+the tool-call testbed's positive control, ``task.tiny.warmstart_trace: both_hops``).
 
 The results in the trace are produced by calling the task's own :class:`harness.tools.ToolEnv`
 (a :class:`tasks.agentic_qa.tools.BM25Search` over this corpus returning the single best
@@ -125,23 +127,25 @@ def problems(world: World, relations: tuple[str, ...] | list[str] = RELATIONS,
             need = int(searches[(i + j) % len(searches)])  # by company, offset per relation
             facts = [fact(company, "founder", person), fact(person, rel, answer)]
             given = " ".join(facts[: 2 - need])
-            queries = [f"{company} founder", f"{person} {rel}"][2 - need:]
+            hops = [f"{company} founder", f"{person} {rel}"]
             out.append(Example(
                 id=f"tiny/{company}/{rel}", prompt=(given + "\n" if given else "")
                 + prompt(rel, company),
                 answer={"answers": [answer]},
                 meta={"dataset": "tiny", "company": company, "relation": rel,
-                      "bridge": person, "queries": queries, "searches_needed": need},
+                      "bridge": person, "queries": hops[2 - need:], "hops": hops,
+                      "searches_needed": need},
             ))
     return out
 
 
-def trace(example: Example, env: ToolEnv) -> str:
+def trace(example: Example, env: ToolEnv, both_hops: bool = False) -> str:
     """The reference multi-turn completion: each planned search (none for a question that
-    gives both facts), the result the tool env returns for it (exactly as the rollout will
-    insert it), then the answer."""
+    gives both facts; with ``both_hops`` both hops' searches, even of facts the question gives),
+    the result the tool env returns for it (exactly as the rollout will insert it), then the
+    answer."""
     parts = []
-    for query in example.meta["queries"]:
+    for query in example.meta["hops" if both_hops else "queries"]:
         result, _ = env.call("search", query)
         parts.append(f"<search>{query}</search>{result}")
     return "".join(parts) + f"<answer>{example.answer['answers'][0]}</answer>"

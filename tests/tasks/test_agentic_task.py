@@ -426,3 +426,24 @@ def test_calls_beyond_and_short_of_the_need_are_counted_apart(mixed_task, tiny_t
 def test_bad_searches_name_the_key(searches):
     with pytest.raises(ValueError, match=r"task\.tiny\.searches"):
         _task(variant="tiny", tiny=TinyConfig(searches=searches)).train_examples()
+
+
+def test_both_hops_warmstart_traces_search_twice_whatever_the_question_gives():
+    """The tool-call testbed's positive control: the same prompts, traces that search both hops
+    (extra calls where facts are given), still graded correct; and only the traces change."""
+    both = _task(variant="tiny", tiny=TinyConfig(searches=[0, 1, 2], warmstart_trace="both_hops"))
+    needed = _task(variant="tiny", tiny=TinyConfig(searches=[0, 1, 2]))
+    pairs, plain = both.warmstart_examples(), needed.warmstart_examples()
+    assert [ex.prompt for ex, _ in pairs] == [ex.prompt for ex, _ in plain]
+    assert {ex.meta["searches_needed"] for ex, _ in pairs} == {0, 1, 2}
+    for (ex, completion), (_, reference) in zip(pairs, plain):
+        assert completion.count("<search>") == 2
+        assert completion.endswith(reference[reference.index("<answer>"):])
+        score = both.verify(ex, completion)
+        assert score.correct
+        assert score.info["stats"]["calls_over_needed"] == 2 - ex.meta["searches_needed"]
+
+
+def test_a_bad_warmstart_trace_names_the_key_and_the_choices():
+    with pytest.raises(ValueError, match=r"task\.tiny\.warmstart_trace='all'.*needed, both_hops"):
+        _task(variant="tiny", tiny=TinyConfig(warmstart_trace="all"))
