@@ -67,6 +67,7 @@ from harness.report.tables import (
     Row,
     Spec,
     cell,
+    eval_finals,
     late_means,
     primary_spec,
     render_csv,
@@ -139,9 +140,13 @@ def _read(row: Row, prim: Spec, read: str) -> Interval:
 
 
 def _rank(rows: list[Row], prim: Spec | None, read: str = "final") -> list[Row]:
+    """Best first where the plan reads the primary (lowest first for a lower-is-better one),
+    rows without it last."""
     def order(row: Row) -> tuple[bool, float, str]:
         m = _read(row, prim, read).mean if prim else math.nan
-        return (math.isnan(m), -m if not math.isnan(m) else 0.0, row.key)
+        if math.isnan(m):
+            return (True, 0.0, row.key)
+        return (False, m if prim and prim.lower_is_better else -m, row.key)
 
     return sorted(rows, key=order)
 
@@ -294,7 +299,10 @@ def _write_group(client: MlflowClient, history: History, d: Path, title: str, gr
                  ) -> tuple[list[Path], str]:
     rows = group.rows
     specs = specs_of(rows, cfg.select.eval_set if cfg.select else None)
-    prim = primary_spec(specs, cfg.plan.primary)
+    prim = primary_spec(specs, cfg.plan.primary, cfg.plan.better)
+    if prim is not None and prim.k == 0:  # a declared evaluation metric, not pass/mean/maj@k
+        specs = [*specs, prim] if eval_finals(history, rows, prim) else specs
+        prim = prim if prim in specs else None
     if prim is None and cfg.plan.primary is not None:
         raise BoardError(f"{title}: the plan's primary metric {cfg.plan.primary!r} "
                          f"({cfg.source}) was not logged; logged: "
@@ -384,7 +392,7 @@ def _write_group(client: MlflowClient, history: History, d: Path, title: str, gr
 
 def _summary(rows: list[Row], prim: Spec | None, verdict: Verdict, read: str = "final") -> str:
     """The index line of a page: the top row by mean where the plan reads the primary, never
-    called "best" (a higher mean is not a difference), with the plan's verdict."""
+    called "best" (a better mean is not a difference), with the plan's verdict."""
     if prim is None:
         return "no final pass@k metrics"
     top, title = rows[0], prim.title + (" at the token budget" if read == "budget" else "")
@@ -394,7 +402,8 @@ def _summary(rows: list[Row], prim: Spec | None, verdict: Verdict, read: str = "
     tail = (f"{sum(c.significant for c in comps)} of {len(comps)} primary comparisons "
             f"significant (seed-blocked, Dunnett-adjusted; MDE {verdict.analysis.mde:.3f})"
             if verdict.confirmatory else "descriptive only")
-    return f"highest mean {title}: **{top.key}** {cell(_read(top, prim, read))}; {tail}"
+    most = "lowest" if prim.lower_is_better else "highest"
+    return f"{most} mean {title}: **{top.key}** {cell(_read(top, prim, read))}; {tail}"
 
 
 def _log(client: MlflowClient, exp_id: str, group: Group, key: tuple[str, str, str],
@@ -407,7 +416,7 @@ def _log(client: MlflowClient, exp_id: str, group: Group, key: tuple[str, str, s
                       *quality_table(page.rows, page.specs), "",
                       "Artifacts: leaderboard.md, leaderboard.csv, leaderboard_table.json, "
                       "runs.json, PNG curves."])
-    prim = primary_spec(page.specs, cfg.plan.primary)
+    prim = primary_spec(page.specs, cfg.plan.primary, cfg.plan.better)
     grids = {f"{row}": ",".join(f"{v}:{iv.mean:.6g}" for v, iv in grid) + f"|{chosen}"
              for row, grid, chosen in page.selection}
     log_leaderboard(

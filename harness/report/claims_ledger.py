@@ -286,8 +286,11 @@ def read_row(page: Page, ev: dict, row: str) -> Reading:
 
 
 def _title(metric: str) -> str:
-    """A metric as a page's primary line names it: heldout/pass_at_1 -> heldout pass@1."""
-    return re.sub(r"/(pass|mean|maj)_at_(\d+)$", r" \1@\2", metric)
+    """A metric as a page's primary line names it: heldout/pass_at_1 -> heldout pass@1,
+    heldout/tool_calls_per_traj -> heldout tool_calls_per_traj (harness/report/tables.py,
+    Spec.title)."""
+    quality = re.sub(r"/(pass|mean|maj)_at_(\d+)$", r" \1@\2", metric)
+    return quality if quality != metric else re.sub(r"/([^/]+)$", r" \1", metric)
 
 
 def read_as(page: Page, metric: str) -> str:

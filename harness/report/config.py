@@ -3,6 +3,7 @@ pairings, the keys that label rows, the statistics, and an optional hyperparamet
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
@@ -69,8 +70,9 @@ class Plan:
     set's pass@1), the family's level ``alpha``, the ``power`` its MDE is computed for, per
     named sweep the effect it is ``detect``-powered for (a board whose MDE is above it, or whose
     sweep declares none, is descriptive only) and the row labels of its ``controls``
-    (``{positive: <label>, aa: <label>}``: harness/report/controls.py) and where each run's
-    primary is ``read``."""
+    (``{positive: <label>, aa: <label>}``: harness/report/controls.py), where each run's
+    primary is ``read`` and, for a primary other than pass/mean/maj@k (any evaluation metric,
+    ``<eval set>/<metric>``), which way is ``better``."""
 
     primary: str | None = None
     alpha: float = 0.05
@@ -81,6 +83,9 @@ class Plan:
     # evaluation at the page's common budget of tokens generated, harness/report/budget.py):
     # equal compute, for rows that generate different numbers of tokens per step
     read: str = "final"
+    # the primary's direction: None for a quality metric (pass/mean/maj@k: higher is better);
+    # ``lower`` or ``higher``, declared, for any other evaluation metric (tool calls per answer)
+    better: str | None = None
 
     def control_labels(self, sweeps: Iterable[str]) -> set[str]:
         """The row labels ``sweeps`` (a board's runs' named sweeps) declare as controls."""
@@ -181,8 +186,29 @@ def load_config(path: str | Path | None = None, variant: tuple[str, ...] = ()) -
     return cfg
 
 
+def _direction(plan: Plan, name: str) -> None:
+    """A quality primary is higher-is-better by definition; any other evaluation metric needs
+    its direction declared before the board is read, and is read at the last evaluation."""
+    quality = plan.primary is None or re.fullmatch(r".+/(pass|mean|maj)_at_\d+", plan.primary)
+    if plan.better not in (None, "higher", "lower"):
+        raise BoardError(f"board config {name}: plan.better must be lower or higher; got "
+                         f"{plan.better!r}")
+    if quality and plan.better == "lower":
+        raise BoardError(f"board config {name}: plan.better: lower with primary "
+                         f"{plan.primary or '(the first pass@1)'}, a quality metric (higher is "
+                         "better); drop plan.better")
+    if not quality and (plan.better is None or "/" not in str(plan.primary).strip("/")):
+        raise BoardError(f"board config {name}: plan.primary {plan.primary!r} is not a "
+                         "pass/mean/maj@k metric: name it <eval set>/<metric> (e.g. "
+                         "heldout/tool_calls_per_traj) and declare plan.better: lower or higher")
+    if not quality and plan.read != "final":
+        raise BoardError(f"board config {name}: plan.read: {plan.read} reads pass@k at the "
+                         f"token budget; primary {plan.primary!r} is read at the last "
+                         "evaluation (plan.read: final)")
+
+
 def _plan(raw: object, name: str) -> Plan:
-    keys = {"primary", "alpha", "power", "detect", "controls", "read"}
+    keys = {"primary", "alpha", "power", "detect", "controls", "read", "better"}
     if not isinstance(raw, dict) or set(raw) - keys:
         raise BoardError(f"board config {name}: plan takes {', '.join(sorted(keys))}; got "
                          f"{raw!r}")
@@ -193,11 +219,13 @@ def _plan(raw: object, name: str) -> Plan:
                          "to the effect (> 0, in the primary metric's units) it is powered for")
     plan = Plan(raw.get("primary"), float(raw.get("alpha", 0.05)), float(raw.get("power", 0.8)),
                 {str(k): float(v) for k, v in detect.items()},
-                _controls(raw.get("controls") or {}, name), str(raw.get("read", "final")))
+                _controls(raw.get("controls") or {}, name), str(raw.get("read", "final")),
+                None if raw.get("better") is None else str(raw["better"]))
     if plan.read not in ("final", "budget"):
         raise BoardError(f"board config {name}: plan.read must be final (each run's last "
                          "evaluation) or budget (its evaluation at the common token budget); "
                          f"got {plan.read!r}")
+    _direction(plan, name)
     if not (0.0 < plan.alpha < 1.0 and 0.0 < plan.power < 1.0):
         raise BoardError(f"board config {name}: plan.alpha and plan.power must be in (0, 1)")
     return plan

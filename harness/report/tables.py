@@ -19,7 +19,7 @@ from typing import Any
 from harness.report.stats import Interval
 
 __all__ = ["COSTS", "DYNAMICS", "Cost", "Dynamic", "Row", "Run", "Spec",
-           "cell", "cost_table", "late_means", "paired_table", "quality_table", "render_csv",
+           "cell", "cost_table", "eval_finals", "late_means", "paired_table", "quality_table", "render_csv",
            "start_table", "step_table", "table"]
 
 _KINDS = ("pass", "mean", "maj")  # column order within an eval set
@@ -58,22 +58,29 @@ class Run:
 
 @dataclass(frozen=True)
 class Spec:
-    """A quality metric: ``final/<eval_set>/<kind>_at_<k>``."""
+    """A metric of each run's evaluations: a quality metric ``<eval_set>/<kind>_at_<k>`` (pass,
+    mean, maj: higher is better), or ``<eval_set>/<kind>`` (``k`` = 0), another evaluation
+    metric a plan declares as its primary with its direction (``plan.better``), e.g.
+    ``heldout/tool_calls_per_traj`` lower."""
 
     eval_set: str
-    kind: str  # pass | mean | maj
-    k: int
+    kind: str  # pass | mean | maj, or the declared metric's own name (k = 0)
+    k: int = 0
+    lower_is_better: bool = False
 
     @property
     def name(self) -> str:
-        return f"{self.eval_set}/{self.kind}_at_{self.k}"
+        return f"{self.eval_set}/{self.kind}_at_{self.k}" if self.k else \
+            f"{self.eval_set}/{self.kind}"
 
     @property
     def title(self) -> str:
-        return f"{self.eval_set} {self.kind}@{self.k}"
+        return f"{self.eval_set} {self.kind}@{self.k}" if self.k else \
+            f"{self.eval_set} {self.kind}"
 
     def sort_key(self) -> tuple[str, int, int]:
-        return (self.eval_set, _KINDS.index(self.kind), self.k)
+        return (self.eval_set, _KINDS.index(self.kind) if self.kind in _KINDS else len(_KINDS),
+                self.k)
 
 
 @dataclass(frozen=True)
@@ -99,15 +106,41 @@ def specs_of(rows: list[Row], skip: str | None = None) -> list[Spec]:
     return sorted(found, key=Spec.sort_key)
 
 
-def primary_spec(specs: list[Spec], declared: str | None = None) -> Spec | None:
-    """The plan's declared metric when logged; else the first eval set (by name) at pass@1,
-    else its smallest pass@k, else its first metric."""
+def primary_spec(specs: list[Spec], declared: str | None = None,
+                 better: str | None = None) -> Spec | None:
+    """The plan's declared metric: a quality metric when logged (else None), any other
+    ``<eval set>/<metric>`` as a :class:`Spec` of its declared direction (``better``; whether
+    the runs logged it is :func:`eval_finals`'s to say); undeclared, the first eval set (by
+    name) at pass@1, else its smallest pass@k, else its first metric."""
+    if declared is not None and not SPEC_RE.match(f"final/{declared}"):
+        eval_set, _, metric = declared.rpartition("/")
+        return Spec(eval_set, metric, 0, better == "lower")
     if not specs:
         return None
     if declared is not None:
         return next((s for s in specs if s.name == declared), None)
     first = [s for s in specs if s.eval_set == specs[0].eval_set]
     return min(first, key=lambda s: (s.kind != "pass", s.k != 1, s.k))
+
+
+def eval_finals(history: Any, rows: list[Row], spec: Spec) -> bool:
+    """Put ``final/<spec>`` (the run's last evaluation of it: ``eval/<spec>`` at its highest
+    step, MLflow's latest value, as collect.py's ``last_evaluation`` reads a quality metric) and
+    ``start/<spec>`` (its step-0 evaluation, from ``history(run_id, metric)``, {step: value})
+    into each run's metrics: a run's summary holds only the quality metrics (harness/summary.py),
+    and a declared primary may be any evaluation metric. True when some run logged it."""
+    found = False
+    for row in rows:
+        for run in row.runs.values():
+            last = run.metrics.get(f"eval/{spec.name}")
+            if last is None:
+                continue
+            found = True
+            run.metrics[f"final/{spec.name}"] = float(last)
+            first = history(run.run_id, f"eval/{spec.name}").get(0)
+            if first is not None:
+                run.metrics[f"start/{spec.name}"] = float(first)
+    return found
 
 
 COSTS = (
@@ -254,7 +287,7 @@ def quality_table(rows: list[Row], specs: list[Spec]) -> list[str]:
     cols = [*_head(rows), [r.temperature or "?" for r in rows], [str(len(r.runs)) for r in rows]]
     for s in specs:
         ivs = [r.final.get(s.name, _NONE) for r in rows]
-        cols.append(_bold_column([cell(iv) for iv in ivs], ivs, False))
+        cols.append(_bold_column([cell(iv) for iv in ivs], ivs, s.lower_is_better))
     dyn = shown_dynamics(rows)
     cols += [[cell(r.final[d.key]) for r in rows] for d in dyn]
     return markdown_table(

@@ -153,8 +153,9 @@ def plan_lines(v: Verdict, cfg: BoardConfig) -> list[str]:
              + (f": {v.descriptive}." if v.descriptive else
                 f": the family's minimum detectable effect ({a.mde:.3f}) is at or below the "
                 f"{v.detect:g} declared for {', '.join(v.sweeps)}."),
-             f"- Analysis plan (declared in `{cfg.source}`): primary metric {v.metric.title} of "
-             f"each run's {v.at}; one comparison per row against its baseline; "
+             f"- Analysis plan (declared in `{cfg.source}`): primary metric {v.metric.title}"
+             + (" (lower is better)" if v.metric.lower_is_better else "")
+             + f" of each run's {v.at}; one comparison per row against its baseline; "
              "seed-blocked model (row + seed) with single-step max-|t| adjustment over those "
              f"comparisons (Dunnett's many-to-one test against one baseline), family level "
              f"{plan.alpha:g}; MDE at power {plan.power:g}; secondary metrics descriptive (no "
@@ -189,7 +190,8 @@ def primary_section(v: Verdict, cfg: BoardConfig) -> list[str]:
                  if v.confirmatory else "No marks: the board is descriptive only."), "",
               "| row | baseline | seeds | Δ | interval | adjusted p | MDE |",
               "| --- | --- | --- | --- | --- | --- | --- |"]
-    for c in sorted(a.comparisons, key=lambda c: -c.estimate):
+    for c in sorted(a.comparisons, key=lambda c: c.estimate if v.metric.lower_is_better
+                    else -c.estimate):  # the best difference first
         lines.append(f"| {c.row} | {c.baseline} | {c.n} | {c.estimate:+.3f}{v.mark(c.row)} | "
                      f"[{c.low:+.3f}, {c.high:+.3f}] | {_fmt(c.p_adjusted)} | {c.mde:.3f} |")
     checks = [f"equal residual spread across rows: Brown–Forsythe p = {_fmt(a.levene_p)}",
