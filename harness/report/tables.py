@@ -19,8 +19,8 @@ from typing import Any
 from harness.report.stats import Interval
 
 __all__ = ["COSTS", "DYNAMICS", "Cost", "Dynamic", "Row", "Run", "Spec",
-           "cell", "cost_table", "eval_finals", "late_means", "paired_table", "quality_table", "render_csv",
-           "start_table", "step_table", "table"]
+           "cell", "cost_table", "eval_finals", "late_means", "paired_table", "quality_table",
+           "render_csv", "start_table", "step_table", "table"]
 
 _KINDS = ("pass", "mean", "maj")  # column order within an eval set
 _NONE = Interval(math.nan, math.nan, math.nan, 0, "none")
