@@ -347,3 +347,34 @@ def test_a_board_of_a_testbed_and_its_control_sweeps_is_reproduced_by_all_of_the
     lr = reproduce([run("testbed_offpolicy_control_lr_div10", 0, "trainer.optim.lr=1e-05")],
                    "b", "python benchmarks/offpolicy_testbed.py", "trainer.optim.lr")
     assert lr.endswith("`python benchmarks/offpolicy_testbed.py`, then `b`.")
+
+
+def test_tool_call_control_sweeps_make_the_rows_its_board_declares():
+    """The tool-call testbed (conf/board/agentic_decide.yaml): an A/A row on seeds of its own and
+    an over-searching warm start, each sweep=agentic_decide's GRPO cell otherwise."""
+    declared = load_config(CONF_DIR / "board" / "agentic_decide.yaml").plan.controls
+    assert declared == {"agentic_decide": {"positive": "grpo@both_hops", "aa": "grpo@aa",
+                                           "direction": "above"}}
+    reported = compose_config(["sweep=agentic_decide", "algorithm=grpo", "task=agentic_qa",
+                               "model=tiny", "seed=0"])
+    validate_config(reported, hardware=False)
+    for role, sweep in (("aa", "agentic_decide_control_aa"),
+                        ("positive", "agentic_decide_control_both_hops")):
+        cells = expand_cells([f"sweep={sweep}"])
+        assert len(cells) == 5
+        for cell in (cells[0], cells[-1]):
+            cfg = compose_config(cell)
+            validate_config(cfg, hardware=False)
+            label = f"{cfg.algorithm.name}@{cfg.tracking.tags['rlbench.variant']}"
+            assert label == declared["agentic_decide"][role]
+            assert cfg.tracking.experiment == reported.tracking.experiment
+            assert (cfg.trainer, cfg.model, cfg.rollout, cfg.data) == \
+                (reported.trainer, reported.model, reported.rollout, reported.data)
+            tiny = dict(cfg.task.tiny)
+            assert tiny.pop("warmstart_trace") == ("needed" if role == "aa" else "both_hops")
+            assert tiny == {k: v for k, v in reported.task.tiny.items() if k != "warmstart_trace"}
+            tags = seed_tags(cfg)
+            if role == "aa":
+                assert cfg.seed >= 200 and tags["rlbench.seed"] == str(cfg.seed - 200)
+            else:
+                assert tags["rlbench.seed"] == str(cfg.seed) and cfg.seed < 5
