@@ -296,7 +296,8 @@ REGENERATED = {"testbed-offpolicy": "7f24700f898f",  # tuned on disjoint seeds, 
                "suite": "5d946209dca0",  # the suite, in progress: every cell at one commit
                "lantern": "f46a5940c1a5",  # with its A/A control
                "testbed-entropy": "ea11bd863535",  # entropy against its target, controls
-               "testbed-lope-tokens": "47fd6d2ab8a0"}  # LOPE vs GRPO at equal tokens
+               "testbed-lope-tokens": "47fd6d2ab8a0",  # LOPE vs GRPO at equal tokens
+               "testbed-agentic-decide": "dafe7cce07c6"}  # tool calls, with controls
 
 
 def test_every_committed_board_has_its_runs_at_one_clean_commit():
