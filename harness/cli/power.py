@@ -46,7 +46,7 @@ def plan_lines(uri: str, experiment: str, config: str | None, deltas: list[float
     from harness.report.collect import collect
     from harness.report.config import load_config
     from harness.report.controls import split_controls
-    from harness.report.tables import eval_finals, primary_spec, specs_of
+    from harness.report.tables import declared_primary, specs_of
     from harness.report.verdict import judge
 
     if any(not d > 0 for d in deltas):
@@ -66,9 +66,7 @@ def plan_lines(uri: str, experiment: str, config: str | None, deltas: list[float
     for (task, variant, model), group in sorted(groups.items()):
         rows = group.rows
         specs = specs_of(rows, cfg.select.eval_set if cfg.select else None)
-        prim = primary_spec(specs, plan.primary, plan.better)
-        if prim is not None and prim.k == 0 and not eval_finals(History(client), rows, prim):
-            prim = None  # a declared evaluation metric no run logged: no comparison to plan
+        prim, specs = declared_primary(History(client), rows, specs, plan.primary, plan.better)
         pair_rows(rows, cfg, cfg.baseline)
         method = split_controls(rows, cfg)[0]  # the board's model: no controls
         at = "last evaluation"

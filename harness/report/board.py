@@ -67,7 +67,7 @@ from harness.report.tables import (
     Row,
     Spec,
     cell,
-    eval_finals,
+    declared_primary,
     late_means,
     primary_spec,
     render_csv,
@@ -299,10 +299,7 @@ def _write_group(client: MlflowClient, history: History, d: Path, title: str, gr
                  ) -> tuple[list[Path], str]:
     rows = group.rows
     specs = specs_of(rows, cfg.select.eval_set if cfg.select else None)
-    prim = primary_spec(specs, cfg.plan.primary, cfg.plan.better)
-    if prim is not None and prim.k == 0:  # a declared evaluation metric, not pass/mean/maj@k
-        specs = [*specs, prim] if eval_finals(history, rows, prim) else specs
-        prim = prim if prim in specs else None
+    prim, specs = declared_primary(history, rows, specs, cfg.plan.primary, cfg.plan.better)
     if prim is None and cfg.plan.primary is not None:
         raise BoardError(f"{title}: the plan's primary metric {cfg.plan.primary!r} "
                          f"({cfg.source}) was not logged; logged: "

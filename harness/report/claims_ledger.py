@@ -46,6 +46,7 @@ from pathlib import Path
 
 import yaml
 
+from harness.report.tables import metric_spec
 from harness.typed_config import ConfigError
 
 __all__ = [
@@ -289,8 +290,7 @@ def _title(metric: str) -> str:
     """A metric as a page's primary line names it: heldout/pass_at_1 -> heldout pass@1,
     heldout/tool_calls_per_traj -> heldout tool_calls_per_traj (harness/report/tables.py,
     Spec.title)."""
-    quality = re.sub(r"/(pass|mean|maj)_at_(\d+)$", r" \1@\2", metric)
-    return quality if quality != metric else re.sub(r"/([^/]+)$", r" \1", metric)
+    return metric_spec(metric).title if "/" in metric else metric
 
 
 def read_as(page: Page, metric: str) -> str:

@@ -3,13 +3,13 @@ pairings, the keys that label rows, the statistics, and an optional hyperparamet
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 
 from harness.config import CONF_DIR
 from harness.manifest import source_checkout
+from harness.report.tables import metric_spec
 from harness.typed_config import ConfigError
 
 __all__ = ["CONTROL_ROLES", "BoardConfig", "BoardError", "CurveSpec", "Plan", "Selection",
@@ -189,7 +189,7 @@ def load_config(path: str | Path | None = None, variant: tuple[str, ...] = ()) -
 def _direction(plan: Plan, name: str) -> None:
     """A quality primary is higher-is-better by definition; any other evaluation metric needs
     its direction declared before the board is read, and is read at the last evaluation."""
-    quality = plan.primary is None or re.fullmatch(r".+/(pass|mean|maj)_at_\d+", plan.primary)
+    quality = plan.primary is None or metric_spec(plan.primary).k > 0
     if plan.better not in (None, "higher", "lower"):
         raise BoardError(f"board config {name}: plan.better must be lower or higher; got "
                          f"{plan.better!r}")

@@ -19,8 +19,8 @@ from typing import Any
 from harness.report.stats import Interval
 
 __all__ = ["COSTS", "DYNAMICS", "Cost", "Dynamic", "Row", "Run", "Spec",
-           "cell", "cost_table", "eval_finals", "late_means", "paired_table", "quality_table",
-           "render_csv", "start_table", "step_table", "table"]
+           "cell", "cost_table", "declared_primary", "eval_finals", "late_means", "metric_spec",
+           "paired_table", "quality_table", "render_csv", "start_table", "step_table", "table"]
 
 _KINDS = ("pass", "mean", "maj")  # column order within an eval set
 _NONE = Interval(math.nan, math.nan, math.nan, 0, "none")
@@ -106,21 +106,39 @@ def specs_of(rows: list[Row], skip: str | None = None) -> list[Spec]:
     return sorted(found, key=Spec.sort_key)
 
 
+def metric_spec(name: str, lower_is_better: bool = False) -> Spec:
+    """``<eval set>/<metric>`` as a :class:`Spec`: a quality metric ``<kind>_at_<k>`` (pass,
+    mean, maj), else any other evaluation metric (``k`` = 0) of the given direction."""
+    if m := SPEC_RE.match(f"final/{name}"):
+        return Spec(m.group(1), m.group(2), int(m.group(3)))
+    eval_set, _, metric = name.rpartition("/")
+    return Spec(eval_set, metric, 0, lower_is_better)
+
+
 def primary_spec(specs: list[Spec], declared: str | None = None,
                  better: str | None = None) -> Spec | None:
     """The plan's declared metric: a quality metric when logged (else None), any other
     ``<eval set>/<metric>`` as a :class:`Spec` of its declared direction (``better``; whether
-    the runs logged it is :func:`eval_finals`'s to say); undeclared, the first eval set (by
-    name) at pass@1, else its smallest pass@k, else its first metric."""
-    if declared is not None and not SPEC_RE.match(f"final/{declared}"):
-        eval_set, _, metric = declared.rpartition("/")
-        return Spec(eval_set, metric, 0, better == "lower")
+    the runs logged it is :func:`declared_primary`'s to say); undeclared, the first eval set
+    (by name) at pass@1, else its smallest pass@k, else its first metric."""
+    if declared is not None:
+        spec = metric_spec(declared, better == "lower")
+        return spec if not spec.k or spec in specs else None
     if not specs:
         return None
-    if declared is not None:
-        return next((s for s in specs if s.name == declared), None)
     first = [s for s in specs if s.eval_set == specs[0].eval_set]
     return min(first, key=lambda s: (s.kind != "pass", s.k != 1, s.k))
+
+
+def declared_primary(history: Any, rows: list[Row], specs: list[Spec], declared: str | None,
+                     better: str | None) -> tuple[Spec | None, list[Spec]]:
+    """The primary (:func:`primary_spec`) and the specs a page shows: a declared evaluation
+    metric other than pass/mean/maj@k is read into the runs (:func:`eval_finals`) and shown
+    after the quality metrics, or is None when no run logged it."""
+    prim = primary_spec(specs, declared, better)
+    if prim is None or prim.k:
+        return prim, specs
+    return (prim, [*specs, prim]) if eval_finals(history, rows, prim) else (None, specs)
 
 
 def eval_finals(history: Any, rows: list[Row], spec: Spec) -> bool:
