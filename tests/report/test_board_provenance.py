@@ -297,7 +297,9 @@ REGENERATED = {"testbed-offpolicy": "7f24700f898f",  # tuned on disjoint seeds, 
                "lantern": "f46a5940c1a5",  # with its A/A control
                "testbed-entropy": "ea11bd863535",  # entropy against its target, controls
                "testbed-lope-tokens": "47fd6d2ab8a0",  # LOPE vs GRPO at equal tokens
-               "testbed-agentic-decide": "eb9084f7602c"}  # tool calls, with controls
+               "testbed-agentic-decide": "eb9084f7602c",  # tool calls, with controls
+               # the off-policy testbed again with its controls, in progress
+               "testbed-offpolicy-next": "eb9084f7602c"}
 
 
 def test_every_committed_board_has_its_runs_at_one_clean_commit():
