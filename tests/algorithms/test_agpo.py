@@ -212,6 +212,7 @@ def test_metrics_fractions_and_means():
     assert "agpo/adv_neg_mean" not in est.last_metrics
 
 
+@pytest.mark.slow
 def test_two_step_run_logs_the_agpo_metrics(tmp_path, model_cache):
     cfg = make_config(
         tmp_path, model_cache, "algorithm=agpo", "algorithm.advantage.delta=0.3",

@@ -138,6 +138,7 @@ def test_both_losses_and_bundles_are_registered_for_any_bundle():
 
 
 @pytest.mark.parametrize("name", ["gppo", "cispo"])
+@pytest.mark.slow
 def test_a_short_run_of_each_bundle_finishes(name, tmp_path, model_cache):
     from harness.trainer import Trainer
     from tests.helpers import SMALL, make_config

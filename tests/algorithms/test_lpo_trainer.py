@@ -58,6 +58,7 @@ def test_trainer_update_gradient_equals_direct_autograd_on_whole_groups(tmp_path
 
 
 @pytest.mark.parametrize("name", ["lpo_fwd", "lpo_rev"])
+@pytest.mark.slow
 def test_end_to_end_two_step_run_finishes(tmp_path, model_cache, name):
     from harness.trainer import Trainer
 

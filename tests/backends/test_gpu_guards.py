@@ -24,6 +24,7 @@ print(sorted(m for m in sys.modules if m == "vllm" or m.startswith(("vllm.", "me
 """
 
 
+@pytest.mark.slow
 def test_importing_the_harness_imports_neither_vllm_nor_megatron() -> None:
     out = subprocess.run([sys.executable, "-c", PROBE], capture_output=True, text=True,
                          check=True)

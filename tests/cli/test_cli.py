@@ -47,6 +47,7 @@ def test_wrong_type_exits_nonzero_naming_the_key(tmp_path, cli_env, rlbench_in_p
     assert out.returncode == 2 and "trainer.steps" in out.stderr
 
 
+@pytest.mark.slow
 def test_missing_data_path_names_the_path(tmp_path, cli_env):
     # refused inside the Hydra app: a subprocess
     missing = tmp_path / "no_such_dir"

@@ -59,8 +59,9 @@ CASES = [
 ]
 
 
-# over ~5 s on a loaded 2-core machine: the Hugging Face lookup, the tiny VLM check
-SLOW_CASES = {"model=hf, uncached hub id", "images without a vision model"}
+# slow: every case in a subprocess (a Python start with torch and MLflow, over ~5 s on 2 cores)
+SLOW_CASES = {"model=hf, uncached hub id", "images without a vision model",
+              "model=hf without a path", "model=hf, path missing", "an empty eval set"}
 # in a subprocess: refused inside the Hydra app (which would set up Hydra's logging in this
 # process), or, for the hub id, huggingface_hub reads HF_HOME (the empty cache) when imported
 SUBPROCESS_CASES = {"model=hf, uncached hub id", "model=hf without a path",
@@ -89,6 +90,7 @@ def test_bad_input_exits_2_with_one_line_naming_it(name, args, needles, tmp_path
         assert "trainer.resume" not in lines[0]
 
 
+@pytest.mark.slow
 def test_cfg_job_prints_the_config_of_train_and_of_every_sweep_cell(tmp_path, cli_env,
                                                                     rlbench_in_process):
     # --cfg prints before Hydra's main runs: in this process (tests/conftest.py)
@@ -106,6 +108,7 @@ def test_cfg_job_prints_the_config_of_train_and_of_every_sweep_cell(tmp_path, cl
     assert "\nhydra:\n" in out.stdout and "seed: 0" in out.stdout
 
 
+@pytest.mark.slow
 def test_help_is_plain_text_and_train_help_lists_the_config_groups(tmp_path, cli_env):
     out = subprocess.run([*RLBENCH, "--help"], env=cli_env, cwd=tmp_path, capture_output=True,
                          text=True, timeout=120)

@@ -125,6 +125,7 @@ def test_processes_racing_for_a_cell_on_a_new_store_leave_one_winner(tmp_path):
     assert not any("Traceback" in err for _, err in results)
 
 
+@pytest.mark.slow
 def test_the_ledger_adds_up_the_processes_of_one_run_and_restarts_for_another(tmp_path):
     path = tmp_path / "logged.json"
     t = Tracker(f"sqlite:///{tmp_path / 'mlruns.db'}", "ledger")
@@ -237,6 +238,7 @@ def test_plan_cell_releases_its_claim_when_planning_fails(tmp_path, model_cache,
     plan.release()
 
 
+@pytest.mark.slow
 def test_a_run_that_fails_even_at_its_end_gives_its_cell_up(tmp_path, tiny_model_path,
                                                            model_cache, monkeypatch):
     """Setup refuses the data (prompt limit), then recording the end fails too (a full disk):

@@ -56,6 +56,7 @@ def test_plain_sweep_over_an_incompatible_pair_is_refused_up_front(capsys):
     assert "cell 2/2" in err and "algorithm=aepo x task=countdown" in err
 
 
+@pytest.mark.slow
 def test_compatible_pairs_are_not_refused():
     cells = preflight(["algorithm=arpo,grpo", "task=agentic_qa", "seed=0"], multirun=True)
     assert len(cells) == 2

@@ -69,6 +69,7 @@ def test_final_is_the_last_evaluation_not_a_mean_with_mid_training():
     assert eval_summary([evals[0], evals[2], evals[1]])["final/h/pass_at_1"] == 0.4
 
 
+@pytest.mark.slow
 def test_per_problem_counts_and_standard_errors_are_logged(tmp_path, model_cache):
     uri = _fit(tmp_path, model_cache, "counts")
     client = MlflowClient(uri)

@@ -43,6 +43,7 @@ def update_grads(tr: Trainer, batch: RolloutBatch, bucketing: bool
 
 @pytest.mark.parametrize("extra", [[], ["algorithm.entropy_coef=0.01",
                                         "trainer.mini_batch_size=32"]])
+@pytest.mark.slow
 def test_bucketed_update_equals_the_padded_update(tmp_path, model_cache, extra):
     cfg = make_config(tmp_path, model_cache, "data.prompts_per_step=8", "rollout.n=8",
                       "trainer.micro_batch_size=8", "tracking.enabled=false", *extra)

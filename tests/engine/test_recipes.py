@@ -19,7 +19,9 @@ from tests.helpers import FAST_PRETRAIN, load_benchmark, make_config
 
 ROOT = Path(__file__).resolve().parents[2]
 SWEEPS = sorted((ROOT / "conf" / "sweep").glob("*.yaml"))
-SLOW_SWEEPS = {"testbed_offpolicy"}  # many algorithms to compose and validate: ~12 s
+# many algorithms (or cells) to compose and validate: over ~2 s each on a quiet 2-core machine
+SLOW_SWEEPS = {"testbed_offpolicy", "testbed_offpolicy_tuning", "suite", "suite_gpu",
+               "testbed_onpolicy", "lpo_lr_tuning", "rollout_testbed"}
 
 
 def _countdown(*overrides: str):

@@ -33,6 +33,7 @@ LOGGED = {
 
 
 @pytest.mark.parametrize("name", sorted(CASES))
+@pytest.mark.slow
 def test_strategy_runs_in_the_trainer_and_logs_its_metrics(tmp_path, model_cache, name):
     cfg = make_config(tmp_path, model_cache, *SMALL, *CASES[name])
     Trainer(cfg).fit()
@@ -48,6 +49,7 @@ def test_strategy_runs_in_the_trainer_and_logs_its_metrics(tmp_path, model_cache
         assert sorted(temps, key=lambda m: m.step)[0].value == 1.2  # proxy 0 before any update
 
 
+@pytest.mark.slow
 def test_arbitrary_entropy_resume_restores_the_entropy_proxy(tmp_path, model_cache):
     cfg = make_config(tmp_path, model_cache, *SMALL, *CASES["arbitrary_entropy"])
     trainer = Trainer(cfg)

@@ -95,6 +95,7 @@ def test_a_checkpoint_from_before_the_loop_state_object_still_resumes():
     assert upgrade_state(state) is state
 
 
+@pytest.mark.slow
 def test_a_checkpoint_holds_exactly_the_resumables_and_restores_each_of_them(tmp_path, model_cache):
     """A run of one step is saved; a fresh trainer of the same cell loads it and reports the same
     state for every resumable part (the RNGs, the sampler, the algorithm, the loop)."""

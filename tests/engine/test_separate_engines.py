@@ -7,6 +7,7 @@ same fp32 weights), and truncated IS runs when asked."""
 
 from __future__ import annotations
 
+import pytest
 import torch
 
 from harness.backends.hf import HFEngine
@@ -52,6 +53,7 @@ def _same_weights(a, b) -> bool:
     return all(torch.equal(v, sb[k]) for k, v in a.state_dict().items())
 
 
+@pytest.mark.slow
 def test_separate_engines_sync_after_every_update(tmp_path, model_cache):
     CopyingRolloutEngine.syncs = CopyingRolloutEngine.sleeps = 0
     tr = _trainer(tmp_path, model_cache, "trainer.optim.lr=1e-2")

@@ -7,6 +7,7 @@ import re
 import time
 from pathlib import Path
 
+import pytest
 from mlflow.tracking import MlflowClient
 
 from harness.checkpoint import prune_checkpoints
@@ -37,6 +38,7 @@ def test_log_model_dir_logs_the_weights_without_the_trainer_state(tmp_path):
     assert files == {"model/config.json", "model/model.safetensors", "model/tokenizer.json"}
 
 
+@pytest.mark.slow
 def test_system_metrics_are_logged_when_asked(tmp_path):
     tracker = Tracker(f"sqlite:///{tmp_path / 'mlruns.db'}", "t")
     tracker.start("r", {})
@@ -47,6 +49,7 @@ def test_system_metrics_are_logged_when_asked(tmp_path):
     assert any(k.startswith("system/cpu_utilization") for k in metrics), sorted(metrics)
 
 
+@pytest.mark.slow
 def test_the_warm_start_is_reported_apart_from_the_runs_wall_time(tmp_path, model_cache,
                                                                    tiny_model_path, monkeypatch):
     from harness import trainer as trainer_mod

@@ -13,6 +13,7 @@ from harness.trainer import PromptSampler, Trainer
 from tests.helpers import SMALL, make_config, rollout_batch
 
 
+@pytest.mark.slow
 def test_a_tiny_run_finishes_and_logs_everything(tmp_path, model_cache):
     cfg = make_config(tmp_path, model_cache, *SMALL)
     summary = Trainer(cfg).fit()

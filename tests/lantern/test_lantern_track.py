@@ -79,6 +79,7 @@ def test_source_training_records_the_experience_its_automaton_values_average_ove
                                       / src.visits[:, w].sum())
 
 
+@pytest.mark.slow
 def test_unknown_agent_exits_2_listing_the_valid_agents(tmp_path):
     out = _rlbench("train", "track=lantern", "agent=lanter", cwd=tmp_path)
     assert out.returncode == 2
@@ -99,6 +100,7 @@ def test_bad_keys_and_values_name_the_key():
         run_cell(compose(["dfa.generator=gpt", "tracking.enabled=false", *SMALL]))
 
 
+@pytest.mark.slow
 def test_an_aa_cell_is_paired_on_its_block_seed_and_a_plain_cell_hashes_as_before(tmp_path):
     # conf/lantern/sweep/targets_aa.yaml: seed 12 trains on its own seed and is paired with the
     # baseline's seed 2; a run without block_seed keeps the config hash it had before the key

@@ -311,6 +311,7 @@ def _undated(data: bytes) -> bytes:
     return re.sub(rb"\d{4}-\d{2}-\d{2}", b"<date>", data)
 
 
+@pytest.mark.slow
 def test_regeneration_is_byte_identical(store):
     """Everything but the README's date is deterministic, the leaderboard runs logged to MLflow
     are not mistaken for training runs, and each rebuild replaces the group's leaderboard run."""
@@ -329,6 +330,7 @@ def test_regeneration_is_byte_identical(store):
     assert client.get_run(old.info.run_id).info.lifecycle_stage == "deleted"
 
 
+@pytest.mark.slow
 def test_source_date_epoch_fixes_the_date(store, monkeypatch):
     monkeypatch.setenv("SOURCE_DATE_EPOCH", "86400")  # 1970-01-02
     out = store["root"] / "dated"

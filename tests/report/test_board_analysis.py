@@ -62,6 +62,7 @@ def test_estimates_are_paired_differences_and_the_error_pools_every_row():
     assert result.sigma < 0.02
 
 
+@pytest.mark.slow
 def test_the_family_error_rate_holds_and_uncorrected_tests_would_break_it(fewer_draws):
     """Six identical rows (no true difference), 5 seeds, 300 boards: the chance of any
     significant comparison stays near 5%; per-comparison t-tests would make it ~20%."""
@@ -87,6 +88,7 @@ def test_an_effect_of_one_mde_is_detected_with_the_declared_power(fewer_draws):
     assert 0.68 <= hits / 200 <= 0.92
 
 
+@pytest.mark.slow
 def test_seeds_needed_is_the_fewest_seeds_whose_mde_reaches_the_effect():
     contrasts = _many_to_one(18)
     n = seeds_needed(0.0133, contrasts, 0.02)

@@ -151,6 +151,7 @@ def _section(md: str, title: str) -> str:
 
 
 # -- block_seed: the A/A row's own seeds on the baseline's blocks ---------------------------------
+@pytest.mark.slow
 def test_block_seed_pairs_an_aa_run_with_the_baseline_run_of_its_block(store):
     rows, md = _board(store, "full")
     aa = rows["grpo@aa"]
@@ -218,6 +219,7 @@ def test_controls_that_do_not_come_out_as_they_must_fail(store):
     assert "- Controls: **controls failed**" in md
 
 
+@pytest.mark.slow
 def test_a_declared_control_without_runs_reads_controls_not_run(store):
     rows, md = _board(store, "no_aa")
     assert "- Controls: **controls not run**" in md
@@ -240,6 +242,7 @@ def test_controls_leave_the_method_rows_test_as_it_is_without_them(store):
     assert "control" not in without["dapo"]  # no controls declared: no control columns
 
 
+@pytest.mark.slow
 def test_a_block_seed_row_declared_as_no_control_is_left_out_of_the_test(store):
     rows, md = _board(store, "full", controls="")
     assert "## Controls" not in md
@@ -249,6 +252,7 @@ def test_a_block_seed_row_declared_as_no_control_is_left_out_of_the_test(store):
     assert rows["grpo@lr_div10"]["primary_estimate"] != ""
 
 
+@pytest.mark.slow
 def test_on_a_tuned_board_controls_are_not_selected_and_report_the_reported_seeds(store):
     rows, md = _board(store, "tuned", select=True)
     assert rows["grpo"]["selected"] == "0.0001"  # chosen on the tuning seeds
@@ -264,6 +268,7 @@ ON_ENTROPY = ("controls: {reported: {positive: grpo@lr_div10, aa: grpo@aa, metri
               "direction: above}}")
 
 
+@pytest.mark.slow
 def test_a_control_declared_on_another_metric_is_tested_on_it_in_its_direction(store):
     """The entropy testbed's controls are about entropy, not pass@1: tested on the declared
     metric, the positive control detected in the declared direction; the same runs read on the
@@ -304,6 +309,7 @@ def test_plan_controls_must_name_both_rows(tmp_path):
 
 
 # -- the off-policy testbed's control sweeps ----------------------------------------------------
+@pytest.mark.slow
 def test_offpolicy_control_sweeps_make_the_rows_its_board_declares():
     declared = load_config(CONF_DIR / "board" / "offpolicy_tuned.yaml").plan.controls
     assert declared == {"testbed_offpolicy": {"positive": "grpo@lr_div10", "aa": "grpo@aa"}}
@@ -349,6 +355,7 @@ def test_a_board_of_a_testbed_and_its_control_sweeps_is_reproduced_by_all_of_the
     assert lr.endswith("`python benchmarks/offpolicy_testbed.py`, then `b`.")
 
 
+@pytest.mark.slow
 def test_tool_call_control_sweeps_make_the_rows_its_board_declares():
     """The tool-call testbed (conf/board/agentic_decide.yaml): an A/A row on seeds of its own and
     an over-searching warm start, each sweep=agentic_decide's GRPO cell otherwise."""

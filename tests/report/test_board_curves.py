@@ -133,6 +133,7 @@ def test_the_slope_is_the_seed_blocked_regression_and_excludes_zero_only_when_it
     assert order == [f"arbitrary_entropy@{t:g}" for t in TARGETS] + ["grpo (baseline)"]
 
 
+@pytest.mark.slow
 def test_rows_whose_runs_are_identical_are_named_beside_the_slope(store):
     """Two targets the controller treats alike give bit-identical runs: the page names them,
     since the fit counts them as separate points (an optimistic SE); distinct rows, none."""
@@ -152,6 +153,7 @@ def test_a_curve_row_without_one_value_of_its_key_is_refused(store):
         _page(store, "missing")
 
 
+@pytest.mark.slow
 def test_a_board_draws_only_the_curves_its_runs_sweep_declares(store):
     root, uri = store
     (root / "other.yaml").write_text(CURVE.replace("entropy_targets:", "rollout_testbed:"))

@@ -336,6 +336,7 @@ def test_plan_read_takes_final_or_budget_only(tmp_path):
         load_config(cfg)
 
 
+@pytest.mark.slow
 def test_at_the_budget_controls_are_read_there_and_do_not_move_it(tmp_path):
     """``plan.read: budget`` with declared controls: the positive control (a tenth of the rate,
     trained 30 steps) is tested at the budget, where it is below GRPO, not at its last

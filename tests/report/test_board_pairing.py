@@ -202,6 +202,7 @@ def test_ten_seeds_use_the_t_interval(board):
     assert len(again) == len(board["files"])
 
 
+@pytest.mark.slow
 def test_baseline_argument_replaces_the_default_only(board):
     out = board["root"] / "vs_maxrl"
     build_leaderboards(board["uri"], "lpo", out, baseline="maxrl", config=board["cfg"],

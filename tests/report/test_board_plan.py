@@ -106,6 +106,7 @@ def _section(md: str, title: str) -> str:
     return md.split(f"## {title}", 1)[1].split("\n## ", 1)[0]
 
 
+@pytest.mark.slow
 def test_the_rate_is_chosen_on_tuning_seeds_and_the_other_seeds_are_reported(store):
     rows, md = _board(store, "tuned")
     for alg in ("grpo", "dapo", "rloo"):
@@ -118,6 +119,7 @@ def test_the_rate_is_chosen_on_tuning_seeds_and_the_other_seeds_are_reported(sto
     assert "**0.300 ± 0.000 (2)** ✓" in _section(md, "Selection")
 
 
+@pytest.mark.slow
 def test_a_row_identical_to_its_baseline_is_labelled_and_not_tested(store):
     rows, md = _board(store, "tuned")
     assert "gppo ≡ grpo" in md
@@ -126,6 +128,7 @@ def test_a_row_identical_to_its_baseline_is_labelled_and_not_tested(store):
     assert "| gppo |" not in _section(md, "Primary comparisons")
 
 
+@pytest.mark.slow
 def test_a_confirmatory_board_marks_exactly_the_comparisons_whose_interval_excludes_zero(store):
     rows, md = _board(store, "tuned", detect=0.05)
     assert "- **Confirmatory**" in md
@@ -151,6 +154,7 @@ def test_a_selection_on_the_reported_seeds_makes_the_board_descriptive(store):
     assert "‡" not in md
 
 
+@pytest.mark.slow
 def test_equal_compute_is_a_measured_evaluation_within_five_percent_of_a_declared_mark(store):
     rows, md = _board(store, "tuned")
     budget = _section(md, "Equal compute budget")
@@ -165,6 +169,7 @@ def test_equal_compute_is_a_measured_evaluation_within_five_percent_of_a_declare
     assert math.isclose(float(rows["rloo"]["budget_tokens_mean"]), 100.0)
 
 
+@pytest.mark.slow
 def test_evaluation_noise_counts_each_seed_of_the_warm_start_once(store):
     _rows, md = _board(store, "tuned")
     # the warm start's score is one value per seed, repeated on every row: its SD is over the 6
@@ -173,6 +178,7 @@ def test_evaluation_noise_counts_each_seed_of_the_warm_start_once(store):
     assert f"scores with SD {one_per_seed:.4f} across seeds" in md
 
 
+@pytest.mark.slow
 def test_a_tuned_board_is_reproduced_by_its_driver_not_one_sweep(store, monkeypatch):
     import harness.report.provenance as prov
 

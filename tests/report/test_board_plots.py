@@ -199,6 +199,7 @@ def test_write_plots_names_the_overviews_and_small_multiples_and_removes_stale(t
 
 
 @pytest.mark.parametrize("marks", [True, False])
+@pytest.mark.slow
 def test_an_unchanged_store_gives_identical_png_bytes(tmp_path, marks):
     outs = []
     for name in ("a", "b"):
@@ -211,6 +212,7 @@ def test_an_unchanged_store_gives_identical_png_bytes(tmp_path, marks):
     assert len(outs[0][1]) == 6
 
 
+@pytest.mark.slow
 def test_a_different_store_gives_different_png_bytes(tmp_path):
     """The check above compares real renderings: a changed value changes the bytes."""
     rows, history = _runs()

@@ -52,6 +52,7 @@ def _store(tmp_path, sweep_tags, extra=()):
     return uri
 
 
+@pytest.mark.slow
 def test_dirty_checkout_is_refused_unless_allowed(tmp_path, monkeypatch):
     uri = _store(tmp_path, [("grpo", 0, "s"), ("grpo", 1, "s")])
     monkeypatch.setattr(provenance, "checkout",
@@ -91,6 +92,7 @@ def test_checkout_lists_changes_outside_leaderboards_and_the_output(tmp_path, mo
     assert provenance.checkout(repo / "boards").dirty == ("code.py", "scratch.py")
 
 
+@pytest.mark.slow
 def test_reproduce_line_names_the_sweep_and_the_board_command(tmp_path):
     uri = _store(tmp_path, [("grpo", 0, "testbed_offpolicy"), ("grpo", 1, "testbed_offpolicy")])
     build_leaderboards(uri, "e", tmp_path / "out")
@@ -102,6 +104,7 @@ def test_reproduce_line_names_the_sweep_and_the_board_command(tmp_path):
     assert f"- Runs made at commit: `{'f' * 12}` (2)." in readme
 
 
+@pytest.mark.slow
 def test_reproduce_line_refuses_runs_with_overrides_the_sweep_does_not_make(tmp_path):
     uri = _store(tmp_path, [("grpo", 0, "testbed_offpolicy"), ("grpo", 1, "testbed_offpolicy")],
                  extra=("trainer.steps=1",))
@@ -111,6 +114,7 @@ def test_reproduce_line_refuses_runs_with_overrides_the_sweep_does_not_make(tmp_
             "it does not make: `trainer.steps=1` (2).") in readme
 
 
+@pytest.mark.slow
 def test_reproduce_line_says_when_runs_did_not_come_from_one_sweep(tmp_path):
     uri = _store(tmp_path, [("grpo", 0, "testbed_offpolicy"), ("grpo", 1, "")])
     build_leaderboards(uri, "e", tmp_path / "out")
@@ -119,6 +123,7 @@ def test_reproduce_line_says_when_runs_did_not_come_from_one_sweep(tmp_path):
             "run(s) not launched by a named sweep.") in readme
 
 
+@pytest.mark.slow
 def test_export_rebuilds_the_same_board(tmp_path):
     uri = _store(tmp_path, [("grpo", 0, "testbed_offpolicy"), ("grpo", 1, "testbed_offpolicy"),
                             ("dapo", 0, "testbed_offpolicy"), ("dapo", 1, "testbed_offpolicy")])
@@ -221,6 +226,7 @@ def test_sweep_records_its_overrides_and_the_board_checks_them(tmp_path, cli_env
     assert not any(k in line for k in ("algorithm=", "seed=", "backend.threads", "tracking."))
 
 
+@pytest.mark.slow
 def test_a_board_names_what_its_recipe_cannot_show(tmp_path):
     uri = _store(tmp_path, [("grpo", 0, "testbed_offpolicy"), ("grpo", 1, "testbed_offpolicy")])
     config = tmp_path / "board.yaml"
@@ -302,6 +308,7 @@ REGENERATED = {"testbed-offpolicy": "7f24700f898f",  # tuned on disjoint seeds, 
                "testbed-offpolicy-next": "eb9084f7602c"}
 
 
+@pytest.mark.slow
 def test_every_committed_board_has_its_runs_at_one_clean_commit():
     boards = {p.name for p in (ROOT / "leaderboards").iterdir() if p.is_dir()}
     assert len(boards) >= 10 and set(REGENERATED) <= boards
@@ -367,6 +374,7 @@ def test_runs_names_each_export_once_however_it_is_reached(tmp_path):
                                                                     "b/y/runs.jsonl.gz"]
 
 
+@pytest.mark.slow
 def test_board_runs_rebuilds_a_committed_board_from_its_export_alone(tmp_path,
                                                                     rlbench_in_process):
     out = rlbench_in_process("board", "--experiment", "code-tiny", "--runs",

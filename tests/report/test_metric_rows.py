@@ -73,6 +73,7 @@ def test_database_uris_are_told_from_servers_and_folders():
     assert not is_database("/tmp/mlruns")
 
 
+@pytest.mark.slow
 def test_bulk_import_leaves_the_store_as_log_batch_does(tmp_path, monkeypatch):
     bulk = _store(_load(tmp_path, "bulk", True, monkeypatch))
     plain = _store(_load(tmp_path, "plain", False, monkeypatch))
@@ -99,6 +100,7 @@ def test_bulk_export_writes_the_bytes_the_per_key_export_writes(tmp_path, monkey
 
 
 @pytest.mark.parametrize("bulk", [True, False])
+@pytest.mark.slow
 def test_importing_an_export_twice_with_skip_present_loads_it_once(tmp_path, monkeypatch, bulk):
     client = _load(tmp_path, "twice", bulk, monkeypatch)
     uri = str(client.tracking_uri)

@@ -112,6 +112,7 @@ def test_the_suite_board_states_what_its_recipes_cannot_show():
         assert needle in limits, needle
 
 
+@pytest.mark.slow
 def test_compatible_sweeper_launches_only_compatible_cells(tmp_path: Path, monkeypatch):
     """Through Hydra itself (the basic launcher, a stub job): the sweeper drops arpo x countdown."""
     from harness.cli import hydra_app

@@ -139,6 +139,7 @@ def test_a_task_without_grpo_is_refused_naming_it():
         aggregate(tasks, reps=50)
 
 
+@pytest.mark.slow
 def test_aggregate_is_reproducible_and_leaves_the_global_generator_alone():
     tasks = _tasks({"grpo": 0.0, "maxrl": 0.02, "dapo": -0.01})
     np.random.seed(12345)
@@ -221,6 +222,7 @@ def test_suite_board_writes_the_aggregate_beside_per_task_boards(tmp_path):
     assert "Suite aggregate" in (out / "README.md").read_text()
 
 
+@pytest.mark.slow
 def test_duplicated_cell_is_refused_naming_the_runs(tmp_path, capsys):
     uri = _suite_store(tmp_path, duplicate=True)
     with pytest.raises(BoardError, match=r"math-tiny / tiny.*grpo seed 3: runs"):

@@ -137,6 +137,7 @@ def test_every_task_without_grpo_is_named():
         aggregate(t, reps=20)
 
 
+@pytest.mark.slow
 def test_aggregate_intervals_contain_their_point_and_follow_the_knobs():
     tasks = [_task("t0", {"grpo": 0.0, "x": 0.1}), _task("t1", {"grpo": 0.0, "x": 0.05})]
     agg = aggregate(tasks, reps=200)

@@ -55,6 +55,7 @@ def test_each_gpu_recipe_validates_without_a_gpu_only_when_nothing_runs(recipe):
         validate_config(compose_config([f"recipe={recipe}", "algorithm=grpo"]))
 
 
+@pytest.mark.slow
 def test_cfg_job_prints_gpu_cells_on_a_cpu_machine_and_a_run_is_refused(tmp_path, cli_env,
                                                                         rlbench_in_process):
     args = ["sweep", "sweep=suite_gpu", "recipe=countdown_gpu", "seed=0",

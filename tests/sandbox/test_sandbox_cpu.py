@@ -146,6 +146,7 @@ def test_a_restarted_fork_server_gets_a_fresh_cpu_group_and_the_old_one_goes(cpu
 
 
 @needs_cpu
+@pytest.mark.slow
 def test_cpu_groups_left_by_a_killed_grader_are_removed(monkeypatch):
     be = _cpu_backend()
     grader = subprocess.Popen(

@@ -80,6 +80,7 @@ def test_the_environment_can_allow_weaker_isolation_for_a_whole_process(monkeypa
         CodeGrader(GraderConfig(workers=1)).close()
 
 
+@pytest.mark.slow
 def test_the_command_line_refuses_with_one_line_and_exit_2(tmp_path, cli_env):
     env = {**cli_env, cgroup.ENV_VAR: NO_CGROUP}
     env.pop(layers.ALLOW_WEAKER_VAR, None)

@@ -293,6 +293,7 @@ def _words(text: str) -> set[str]:
     return set(re.findall(r"[a-z]+", text.lower()))
 
 
+@pytest.mark.slow
 def test_tiny_questions_need_two_searches(tiny_task):
     env = tiny_task.tool_env()
     assert env is not None and set(env.tools) == {"search"}
@@ -307,6 +308,7 @@ def test_tiny_questions_need_two_searches(tiny_task):
         assert answer in _words(env.call("search", second)[0])
 
 
+@pytest.mark.slow
 def test_tiny_warmstart_results_equal_an_independent_tools_outputs(tiny_task, tmp_path):
     fresh = BM25Search(tiny_task.world.passages(), k=1, show_title=False,
                        snippet_chars=tiny_task.config.tiny.max_result_chars,

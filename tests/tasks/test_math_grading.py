@@ -88,6 +88,7 @@ def test_gold_fixtures_are_the_loaded_gold_answers():
         assert loaded[name][index]["gold"] == gold, (name, index)
 
 
+@pytest.mark.slow
 def test_gold_matches_itself_and_its_rewrite_and_rejects_mismatches(grader):
     items = [(gold, pred) for _, _, gold, same, other in GOLD for pred in (gold, same, other)]
     results = grader.grade(items)
@@ -106,6 +107,7 @@ HOSTILE = [
 ]
 
 
+@pytest.mark.slow
 def test_malformed_latex_neither_crashes_nor_hangs(grader):
     start = time.perf_counter()
     results = grader.grade([("2", h) for h in HOSTILE])
@@ -118,6 +120,7 @@ def test_malformed_latex_neither_crashes_nor_hangs(grader):
     assert grader.grade([("2", "2")])[0].correct  # the pool still works afterwards
 
 
+@pytest.mark.slow
 def test_a_stuck_worker_is_killed_and_its_other_items_still_graded():
     g = MathGrader(GraderConfig(workers=1, timeout_s=0.5, kill_grace_s=0.5, chunk_size=8))
     try:
