@@ -385,3 +385,26 @@ def test_tool_call_control_sweeps_make_the_rows_its_board_declares():
                 assert cfg.seed >= 200 and tags["rlbench.seed"] == str(cfg.seed - 200)
             else:
                 assert tags["rlbench.seed"] == str(cfg.seed) and cfg.seed < 5
+
+
+@pytest.mark.slow
+def test_tool_call_tuning_is_the_reported_grpo_cell_on_seeds_of_its_own_at_its_grid():
+    """sweep=agentic_decide_tuning chooses the testbed's rate: GRPO on seeds 100-101 (neither
+    reported nor A/A), at three rates among which the reported rate is, everything else
+    sweep=agentic_decide's GRPO cell (warm start included), into an experiment of its own."""
+    reported = compose_config(["sweep=agentic_decide", "algorithm=grpo", "task=agentic_qa",
+                               "model=tiny", "seed=0"])
+    validate_config(reported, hardware=False)  # fills what the task decides (response length)
+    cells = [compose_config(cell) for cell in expand_cells(["sweep=agentic_decide_tuning"])]
+    assert len(cells) == 6
+    assert {c.seed for c in cells} == {100, 101}
+    rates = {c.trainer.optim.lr for c in cells}
+    assert rates == {1e-4, 3e-5, 1e-5} and reported.trainer.optim.lr in rates
+    for cfg in cells:
+        validate_config(cfg, hardware=False)
+        assert cfg.algorithm.name == "grpo"
+        assert cfg.tracking.experiment != reported.tracking.experiment
+        assert (cfg.model, cfg.rollout, cfg.data, cfg.task) == \
+            (reported.model, reported.rollout, reported.data, reported.task)
+        trainer = dict(cfg.trainer, optim={**cfg.trainer.optim, "lr": reported.trainer.optim.lr})
+        assert trainer == dict(reported.trainer)
