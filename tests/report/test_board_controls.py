@@ -355,6 +355,15 @@ def test_a_board_of_a_testbed_and_its_control_sweeps_is_reproduced_by_all_of_the
     assert lr.endswith("`python benchmarks/offpolicy_testbed.py`, then `b`.")
 
 
+def _tool_call_reported_cell():
+    """sweep=agentic_decide's GRPO cell, validated (which fills what the task decides, such as
+    the response length), as the tool-call sweeps are compared with it."""
+    reported = compose_config(["sweep=agentic_decide", "algorithm=grpo", "task=agentic_qa",
+                               "model=tiny", "seed=0"])
+    validate_config(reported, hardware=False)
+    return reported
+
+
 @pytest.mark.slow
 def test_tool_call_control_sweeps_make_the_rows_its_board_declares():
     """The tool-call testbed (conf/board/agentic_decide.yaml): an A/A row on seeds of its own and
@@ -362,9 +371,7 @@ def test_tool_call_control_sweeps_make_the_rows_its_board_declares():
     declared = load_config(CONF_DIR / "board" / "agentic_decide.yaml").plan.controls
     assert declared == {"agentic_decide": {"positive": "grpo@both_hops", "aa": "grpo@aa",
                                            "direction": "above"}}
-    reported = compose_config(["sweep=agentic_decide", "algorithm=grpo", "task=agentic_qa",
-                               "model=tiny", "seed=0"])
-    validate_config(reported, hardware=False)
+    reported = _tool_call_reported_cell()
     for role, sweep in (("aa", "agentic_decide_control_aa"),
                         ("positive", "agentic_decide_control_both_hops")):
         cells = expand_cells([f"sweep={sweep}"])
@@ -392,9 +399,7 @@ def test_tool_call_tuning_is_the_reported_grpo_cell_on_seeds_of_its_own_at_its_g
     """sweep=agentic_decide_tuning chooses the testbed's rate: GRPO on seeds 100-101 (neither
     reported nor A/A), at three rates among which the reported rate is, everything else
     sweep=agentic_decide's GRPO cell (warm start included), into an experiment of its own."""
-    reported = compose_config(["sweep=agentic_decide", "algorithm=grpo", "task=agentic_qa",
-                               "model=tiny", "seed=0"])
-    validate_config(reported, hardware=False)  # fills what the task decides (response length)
+    reported = _tool_call_reported_cell()
     cells = [compose_config(cell) for cell in expand_cells(["sweep=agentic_decide_tuning"])]
     assert len(cells) == 6
     assert {c.seed for c in cells} == {100, 101}
