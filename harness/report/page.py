@@ -22,6 +22,7 @@ from harness.report.tables import (
     budget_table,
     cell,
     cost_table,
+    learning_check,
     markdown_table,
     paired_table,
     quality_table,
@@ -82,7 +83,9 @@ def notes_text(cfg: BoardConfig, default: str) -> dict[str, str]:
             f"`algorithm@variant` or `algorithm` (`{cfg.source}`), else `{default}`; among "
             "several rows of that name, the one at the same temperature."),
         "start": ("Mean step-0 value → mean per-seed change (final − start), with its "
-                  "interval."),
+                  "interval. Learning check: for each row others are compared with, the seeds "
+                  "on which its final pass@1 is above its step-0 value (a testbed whose "
+                  "baseline does not learn cannot show a method improving on it)."),
         "step": (
             "Step size: the row's learning rate and gradient-clip threshold "
             "(`trainer.optim.lr`, `trainer.optim.grad_clip`), the pre-clip gradient norm "
@@ -220,6 +223,7 @@ def render_markdown(page: Page, cfg: BoardConfig, default: str) -> str:
               notes["paired"], ""]
     lines += paired_table(rows, specs, cfg.confidence)
     lines += ["", "## Change since step 0", "", notes["start"], "", *start_table(rows, specs)]
+    lines += learning_check(rows, specs)
     lines += ["", "## Step size", "", notes["step"], "", *step_table(rows)]
     lines += ["", "## Cost", "", notes["cost"], "", *cost_table(rows)]
     lines += _budget(page, notes)

@@ -342,6 +342,29 @@ def start_table(rows: list[Row], specs: list[Spec]) -> list[str]:
     return markdown_table(["#", "row", *(s.title for s in specs)], cols)
 
 
+def learning_check(rows: list[Row], specs: list[Spec]) -> list[str]:
+    """Whether each baseline row learns: on how many seeds its final pass@1 is above its step-0
+    evaluation, and the seeds where it is not (a testbed where the baseline does not improve
+    over its warm start cannot show a method improving on it: issues 35, 36)."""
+    bases = [r for r in rows if any(o.baseline == r.key for o in rows)]
+    lines = []
+    for row in bases:
+        for s in (s for s in specs if s.kind == "pass" and s.k == 1):
+            fin, start = row.per_seed(f"final/{s.name}"), row.per_seed(f"start/{s.name}")
+            change = {k: fin[k] - start[k] for k in row.seeds if k in fin and k in start}
+            head = f"- Learning check: baseline `{row.key}`, {s.title}"
+            if not change:
+                lines.append(f"{head}: no step-0 evaluation, not checked "
+                             "(`trainer.eval_at_start`).")
+                continue
+            worse = [f"{k} ({v:+.3f})" for k, v in change.items() if not v > 0]
+            where = (f"; not on seed{'s' * (len(worse) > 1)} {', '.join(worse)}." if worse
+                     else " (every seed).")
+            lines.append(f"{head}: above its step-0 value on {len(change) - len(worse)} of "
+                         f"{len(change)} seeds{where}")
+    return ["", *lines] if lines else []
+
+
 def step_table(rows: list[Row]) -> list[str]:
     """Learning rate, clip threshold, mean pre-clip gradient norm, share of clipped steps."""
     dyn = shown_dynamics(rows, paired=False)

@@ -397,6 +397,10 @@ def test_change_since_start_table(store):
     assert start["dapo"]["heldout pass@1"] == (
         f"{float(row[f'{m}/start_mean']):.3f} → {float(row[f'{m}/delta_start_mean']):+.3f} ± "
         f"{float(row[f'{m}/delta_start_ci95']):.3f} (3)")
+    # the baseline's learning check follows the table, on the page
+    md = (store["out"] / "countdown-tiny" / "tiny" / "leaderboard.md").read_text()
+    section = md.split("## Change since step 0")[1].split("## Step size")[0]
+    assert "- Learning check: baseline `grpo`, heldout pass@1: above its step-0 value" in section
 
 
 def test_leaderboard_logged_to_mlflow(store, tmp_path):
