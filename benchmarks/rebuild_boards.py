@@ -14,12 +14,18 @@ clone and prints whether it changed; a changed ledger, like a changed board, exi
 
     python benchmarks/rebuild_boards.py                     # every board
     python benchmarks/rebuild_boards.py code-tiny math-tiny # named boards
+    python benchmarks/rebuild_boards.py --write             # and copy what changed back
+
+``--write`` copies each changed board folder and the ledger from the clone into the working
+tree, for a change of the board code: commit it, rebuild with ``--write``, commit the pages
+(built at that commit), then run it again without ``--write`` to see every board unchanged.
 """
 
 from __future__ import annotations
 
 import argparse
 import re
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -76,9 +82,22 @@ def rebuild_ledger(clone: Path) -> list[str]:
     return lines
 
 
+def write_back(name: str, clone: Path, root: Path) -> None:
+    """Copy ``name`` (a board folder under leaderboards/, or a file such as the ledger) from
+    ``clone`` into ``root``: files the rebuild made or changed replace the committed ones."""
+    src = clone / name if "/" in name else clone / "leaderboards" / name
+    dst = root / src.relative_to(clone)
+    if src.is_dir():
+        shutil.copytree(src, dst, dirs_exist_ok=True)
+    else:
+        shutil.copy2(src, dst)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("boards", nargs="*", help="board names (default: every board)")
+    parser.add_argument("--write", action="store_true",
+                        help="copy the changed boards and ledger back into the working tree")
     args = parser.parse_args(argv)
     boards = args.boards or sorted(
         p.parent.name for p in (ROOT / "leaderboards").glob("*/README.md")
@@ -90,6 +109,10 @@ def main(argv: list[str] | None = None) -> int:
         _git("clone", "-q", str(ROOT), str(clone), cwd=ROOT)
         differs = {b: rebuild(b, clone) for b in boards}
         ledger = rebuild_ledger(clone)
+        if args.write:
+            for name in [*(b for b, lines in differs.items() if lines), *([LEDGER] * bool(ledger))]:
+                write_back(name, clone, ROOT)
+                print(f"written: {name}", flush=True)
     for board, lines in [*differs.items(), (LEDGER, ledger)]:
         for line in lines[:20]:
             print(f"  {board}: {line[:200]}")

@@ -410,3 +410,24 @@ def test_an_equal_compute_claim_is_decided_only_by_a_page_read_at_the_budget(tmp
     text = render(*load_claims(tmp_path), tmp_path / "docs" / "claims.md", tmp_path)
     row = next(ln for ln in text.splitlines() if ln.startswith("| `m` |"))
     assert row.split(" | ")[3] == ("1.500" if verdict == SHOWN else "2.000")
+
+
+def test_rebuild_boards_write_copies_a_rebuilt_board_and_the_ledger_back(tmp_path):
+    """``--write`` replaces the committed files of a board with the clone's rebuilt ones (new
+    files included) and leaves other boards alone; the ledger is copied as a file."""
+    rebuild = load_benchmark("rebuild_boards")
+    clone, root = tmp_path / "clone", tmp_path / "root"
+    for base, text in ((clone, "rebuilt"), (root, "committed")):
+        (base / "leaderboards" / "b" / "t").mkdir(parents=True)
+        (base / "leaderboards" / "other").mkdir(parents=True)
+        (base / "docs").mkdir()
+        (base / "leaderboards" / "b" / "t" / "leaderboard.md").write_text(text)
+        (base / "leaderboards" / "other" / "leaderboard.md").write_text(text)
+        (base / "docs" / "claims.md").write_text(text)
+    (clone / "leaderboards" / "b" / "t" / "new.png").write_bytes(b"png")
+    rebuild.write_back("b", clone, root)
+    rebuild.write_back("docs/claims.md", clone, root)
+    assert (root / "leaderboards" / "b" / "t" / "leaderboard.md").read_text() == "rebuilt"
+    assert (root / "leaderboards" / "b" / "t" / "new.png").read_bytes() == b"png"
+    assert (root / "leaderboards" / "other" / "leaderboard.md").read_text() == "committed"
+    assert (root / "docs" / "claims.md").read_text() == "rebuilt"
