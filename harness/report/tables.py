@@ -345,8 +345,10 @@ def start_table(rows: list[Row], specs: list[Spec]) -> list[str]:
 def learning_check(rows: list[Row], specs: list[Spec]) -> list[str]:
     """Whether each baseline row learns: on how many seeds its final pass@1 is above its step-0
     evaluation, and the seeds where it is not (a testbed where the baseline does not improve
-    over its warm start cannot show a method improving on it: issues 35, 36)."""
-    bases = [r for r in rows if any(o.baseline == r.key for o in rows)]
+    over its warm start cannot show a method improving on it: issues 35, 36). On a board
+    without pairings (one algorithm), every row is checked."""
+    bases = [r for r in rows if any(o.baseline == r.key for o in rows)] or \
+        [r for r in rows if not r.baseline]
     lines = []
     for row in bases:
         for s in (s for s in specs if s.kind == "pass" and s.k == 1):

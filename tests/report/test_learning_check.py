@@ -38,7 +38,8 @@ def test_only_rows_that_are_a_baseline_and_only_pass_at_1_are_checked() -> None:
     grpo = _row("grpo", {"0": 0.8}, {"0": 0.7})
     other = _row("rloo", {"0": 0.1}, {"0": 0.7})  # worse, but no row's baseline
     pass8 = Spec("heldout", "pass", 8)
-    assert learning_check([grpo, other], [SPEC]) == []
+    lines = learning_check([grpo, other, _row("x", {"0": 0.8}, {"0": 0.7}, "grpo")], [SPEC])
+    assert len(lines) == 2 and "`grpo`" in lines[1]
     lines = learning_check([grpo, _row("x", {"0": 0.8}, {"0": 0.7}, "grpo")], [SPEC, pass8])
     assert len(lines) == 2 and "`grpo`, heldout pass@1" in lines[1]
 
@@ -47,3 +48,10 @@ def test_a_baseline_without_a_step_0_evaluation_is_not_checked() -> None:
     grpo = _row("grpo", {"0": 0.8}, {})
     lines = learning_check([grpo, _row("x", {"0": 0.8}, {}, "grpo")], [SPEC])
     assert "no step-0 evaluation, not checked" in lines[1]
+
+
+def test_on_a_board_without_pairings_every_row_is_checked() -> None:
+    lines = learning_check([_row("grpo", {"0": 0.8}, {"0": 0.7}),
+                            _row("rloo", {"0": 0.6}, {"0": 0.7})], [SPEC])
+    assert [ln.split("`")[1] for ln in lines[1:]] == ["grpo", "rloo"]
+    assert lines[2].endswith("on 0 of 1 seeds; not on seed 0 (-0.100).")
