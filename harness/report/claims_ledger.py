@@ -111,6 +111,9 @@ class Page:
     # the page's plan reads each run's primary at the common token budget (plan.read: budget),
     # not at its last evaluation
     at_budget: bool = False
+    # the page's learning-check lines (harness/report/tables.py ``learning_check``), verbatim:
+    # whether its baseline improved over its warm start on every seed
+    learning: list[str] = field(default_factory=list)
 
 
 @dataclass
@@ -167,7 +170,8 @@ def read_page(root: Path, board: str, where: str) -> Page:
                 repro[1] if repro else f"no Reproduce line in {readme.relative_to(root)}",
                 declared[1] if declared else "",
                 {m["name"]: m.groupdict() for m in CURVE_LINE.finditer(md)},
-                bool(prim) and prim[2].startswith("evaluation at the common budget"))
+                bool(prim) and prim[2].startswith("evaluation at the common budget"),
+                re.findall(r"^- Learning check: (.+?)\.?$", md, re.M))
 
 
 def load_claims(root: Path, folder: str = "docs/claims") -> tuple[list[dict], dict[str, Page]]:
@@ -413,7 +417,10 @@ def _section(claim: dict, verdict: str, reason: str, blocks: list[tuple], rel) -
                   + f"; primary metric of the page: {page.primary or 'none declared'}"
                   + (" at the common token budget" if page.at_budget else "") + ".",
                   f"- {page.reproduce}.", f"- Claimed effect C: {ctext}.",
-                  f"- Controls: {note.removeprefix('controls ') or 'passed'}.", "",
+                  f"- Controls: {note.removeprefix('controls ') or 'passed'}.",
+                  *(f"- Learning check (quoted from its page): {ln}." for ln in page.learning
+                    if ln.split("`")[1:2] in ([r.baseline] for r in readings)),
+                  "",
                   f"| row | baseline | seeds | row's mean | Δ `{ev['metric']}` | interval | "
                   f"{'p' if 'curve' in ev else 'adjusted p'} | MDE | reading |",
                   "|---|---|---|---|---|---|---|---|---|"]

@@ -431,3 +431,23 @@ def test_rebuild_boards_write_copies_a_rebuilt_board_and_the_ledger_back(tmp_pat
     assert (root / "leaderboards" / "b" / "t" / "new.png").read_bytes() == b"png"
     assert (root / "leaderboards" / "other" / "leaderboard.md").read_text() == "committed"
     assert (root / "docs" / "claims.md").read_text() == "rebuilt"
+
+
+def test_the_ledger_quotes_each_pages_learning_check_under_its_controls(tmp_path):
+    """A testbed whose baseline does not improve over its warm start on some seed says so on
+    its page (the learning check); the ledger quotes each such line beside the page's rows."""
+    ev = _one(tmp_path)
+    page = tmp_path / ev[0]["board"] / "leaderboard.md"
+    _judge(tmp_path, ev)
+    text = render(*load_claims(tmp_path), tmp_path / "docs" / "claims.md", tmp_path)
+    assert "Learning check" not in text
+    check = ("baseline `grpo`, heldout pass@1: above its step-0 value on 4 of 5 seeds; not on "
+             "seed 0 (-0.015)")
+    other = "baseline `dr_grpo`, heldout pass@1: above its step-0 value on 5 of 5 seeds"
+    page.write_text(page.read_text() + f"\n- Learning check: {check}.\n"
+                    f"- Learning check: {other}.\n")
+    text = render(*load_claims(tmp_path), tmp_path / "docs" / "claims.md", tmp_path)
+    lines = text.splitlines()
+    at = lines.index(f"- Learning check (quoted from its page): {check}.")
+    assert lines[at - 1].startswith("- Controls: ")
+    assert "dr_grpo" not in text  # only the baselines of the claim's rows
