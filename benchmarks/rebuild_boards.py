@@ -35,6 +35,7 @@ from harness.report.provenance import BUILD_LINES
 
 ROOT = Path(__file__).resolve().parents[1]
 LEDGER = "docs/claims.md"
+FAILED = "failed: "  # a rebuild that did not run: reported, never written back
 
 
 def _git(*args: str, cwd: Path) -> str:
@@ -48,13 +49,13 @@ def rebuild(board: str, clone: Path) -> list[str]:
     text = readme.read_text() if readme.exists() else ""
     found = re.search(r"then `rlbench board ([^`]*)`", text)
     if found is None:
-        return [f"no board with a Reproduce line at leaderboards/{board}/README.md"]
+        return [f"{FAILED}no board with a Reproduce line at leaderboards/{board}/README.md"]
     command = found.group(1).split()
     done = subprocess.run([sys.executable, "-m", "harness.cli", "board", *command,
                            "--runs", f"leaderboards/{board}"],
                           cwd=clone, capture_output=True, text=True)
     if done.returncode:
-        return [f"rlbench board exited {done.returncode}: {done.stderr.strip()[-500:]}"]
+        return [f"{FAILED}rlbench board exited {done.returncode}: {done.stderr.strip()[-500:]}"]
     where = ("--", f"leaderboards/{board}")
     diff = _git("diff", "-U0", *where, cwd=clone).splitlines()
     lines = [ln for ln in diff if ln[:1] in "+-" and not ln.startswith(("+++", "---"))
@@ -71,7 +72,8 @@ def rebuild_ledger(clone: Path) -> list[str]:
     done = subprocess.run([sys.executable, "-m", "harness.cli", "claims", "--out", LEDGER],
                           cwd=clone, capture_output=True, text=True)
     if done.returncode:
-        return [f"rlbench claims exited {done.returncode}: {done.stderr.strip()[-500:]}"]
+        return [f"{FAILED}rlbench claims exited {done.returncode}: "
+                f"{done.stderr.strip()[-500:]}"]
     diff = _git("diff", "-U0", "--", LEDGER, cwd=clone).splitlines()
     lines = [ln for ln in diff if ln[:1] in "+-" and not ln.startswith(("+++", "---"))]
     status = _git("status", "--short", "--", LEDGER, cwd=clone).strip()
@@ -110,7 +112,9 @@ def main(argv: list[str] | None = None) -> int:
         differs = {b: rebuild(b, clone) for b in boards}
         ledger = rebuild_ledger(clone)
         if args.write:
-            for name in [*(b for b, lines in differs.items() if lines), *([LEDGER] * bool(ledger))]:
+            changed = {**differs, LEDGER: ledger}
+            for name in (n for n, lines in changed.items()
+                         if lines and not lines[0].startswith(FAILED)):
                 write_back(name, clone, ROOT)
                 print(f"written: {name}", flush=True)
     for board, lines in [*differs.items(), (LEDGER, ledger)]:

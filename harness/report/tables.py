@@ -360,10 +360,13 @@ def learning_check(rows: list[Row], specs: list[Spec]) -> list[str]:
                              "(`trainer.eval_at_start`).")
                 continue
             worse = [f"{k} ({v:+.3f})" for k, v in change.items() if not v > 0]
-            where = (f"; not on seed{'s' * (len(worse) > 1)} {', '.join(worse)}." if worse
-                     else " (every seed).")
+            unread = [k for k in row.seeds if k not in change]  # no final or no step-0 value
+            where = "".join([
+                f"; not on seed{'s' * (len(worse) > 1)} {', '.join(worse)}" if worse else "",
+                f"; seed{'s' * (len(unread) > 1)} {', '.join(unread)} not checked (no final "
+                "or step-0 value)" if unread else ""]) or " (every seed)"
             lines.append(f"{head}: above its step-0 value on {len(change) - len(worse)} of "
-                         f"{len(change)} seeds{where}")
+                         f"{len(row.seeds)} seeds{where}.")
     return ["", *lines] if lines else []
 
 

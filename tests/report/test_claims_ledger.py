@@ -451,3 +451,35 @@ def test_the_ledger_quotes_each_pages_learning_check_under_its_controls(tmp_path
     at = lines.index(f"- Learning check (quoted from its page): {check}.")
     assert lines[at - 1].startswith("- Controls: ")
     assert "dr_grpo" not in text  # only the baselines of the claim's rows
+
+
+def test_rebuild_boards_writes_back_only_with_write_and_only_what_changed(monkeypatch):
+    rebuild, written = load_benchmark("rebuild_boards"), []
+    monkeypatch.setattr(rebuild, "_git", lambda *args, cwd: "abc")
+    monkeypatch.setattr(rebuild, "rebuild", lambda b, clone: ["+x"] if b == "changed" else [])
+    monkeypatch.setattr(rebuild, "rebuild_ledger", lambda clone: ["+y"])
+    monkeypatch.setattr(rebuild, "write_back", lambda name, clone, root: written.append(name))
+    assert rebuild.main(["changed", "same"]) == 1 and written == []
+    assert rebuild.main(["changed", "same", "--write"]) == 1
+    assert written == ["changed", rebuild.LEDGER]
+    monkeypatch.setattr(rebuild, "rebuild_ledger", lambda clone: [])
+    written.clear()
+    rebuild.main(["changed", "same", "--write"])
+    assert written == ["changed"]
+    # a rebuild that failed (a mistyped board, rlbench board exiting non-zero) is not written
+    monkeypatch.setattr(rebuild, "rebuild", lambda b, clone: [f"{rebuild.FAILED}no board"])
+    written.clear()
+    assert rebuild.main(["typo", "--write"]) == 1 and written == []
+
+
+def test_the_ledger_quotes_the_learning_check_of_every_baseline_of_the_claims_rows(tmp_path):
+    board = _board(tmp_path, [_row("m"), _row("m2", baseline="grpo T=0.6")])
+    page = tmp_path / board / "leaderboard.md"
+    checks = [f"baseline `{b}`, heldout pass@1: above its step-0 value on 5 of 5 seeds "
+              "(every seed)" for b in ("grpo T=0.6", "grpo", "rloo")]
+    page.write_text(page.read_text() + "".join(f"- Learning check: {c}.\n" for c in checks))
+    _judge(tmp_path, [{"board": board, "rows": ["m", "m2"], "metric": "heldout/pass_at_1",
+                       "controls": CONTROLS}])
+    text = render(*load_claims(tmp_path), tmp_path / "docs" / "claims.md", tmp_path)
+    quoted = [ln for ln in text.splitlines() if ln.startswith("- Learning check")]
+    assert quoted == [f"- Learning check (quoted from its page): {c}." for c in checks[:2]]

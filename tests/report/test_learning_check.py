@@ -55,3 +55,26 @@ def test_on_a_board_without_pairings_every_row_is_checked() -> None:
                             _row("rloo", {"0": 0.6}, {"0": 0.7})], [SPEC])
     assert [ln.split("`")[1] for ln in lines[1:]] == ["grpo", "rloo"]
     assert lines[2].endswith("on 0 of 1 seeds; not on seed 0 (-0.100).")
+
+
+def test_the_seeds_that_do_not_improve_are_listed_in_numeric_order() -> None:
+    grpo = _row("grpo", {"10": 0.5, "2": 0.5, "1": 0.9}, {"10": 0.6, "2": 0.7, "1": 0.7})
+    assert learning_check([grpo], [SPEC])[1].endswith("not on seeds 2 (-0.200), 10 (-0.100).")
+
+
+def test_a_row_without_a_step_0_evaluation_has_that_one_line_only() -> None:
+    assert learning_check([_row("grpo", {"0": 0.8}, {})], [SPEC]) == [
+        "", "- Learning check: baseline `grpo`, heldout pass@1: no step-0 evaluation, not "
+            "checked (`trainer.eval_at_start`)."]
+
+
+def test_a_board_without_pass_at_1_has_no_learning_check_lines() -> None:
+    grpo = _row("grpo", {"0": 0.8}, {"0": 0.7})
+    assert learning_check([grpo], [Spec("heldout", "pass", 8)]) == []
+
+
+def test_a_seed_without_a_final_or_step_0_value_is_named_and_not_every_seed() -> None:
+    grpo = _row("grpo", {"0": 0.8, "1": float("nan"), "2": 0.9}, {"0": 0.7, "1": 0.7})
+    assert learning_check([grpo], [SPEC])[1].endswith(
+        "above its step-0 value on 1 of 3 seeds; seeds 1, 2 not checked (no final or step-0 "
+        "value).")
