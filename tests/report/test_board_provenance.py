@@ -298,14 +298,12 @@ def test_reproduce_names_a_commit_only_when_every_run_shares_one_clean_commit():
 # them together; then move ONE_COMMIT to the new commit). A board regenerated on its own since is
 # listed with its own commit: every run of it must be there, and the list should shrink to none.
 ONE_COMMIT = "28e09c2536ef"
-REGENERATED = {"testbed-offpolicy": "7f24700f898f",  # tuned on disjoint seeds, 10 seeds
+REGENERATED = {"testbed-offpolicy": "eb9084f7602c",  # tuned on disjoint seeds, with controls
                "suite": "5d946209dca0",  # the suite, in progress: every cell at one commit
                "lantern": "f46a5940c1a5",  # with its A/A control
                "testbed-entropy": "ea11bd863535",  # entropy against its target, controls
                "testbed-lope-tokens": "47fd6d2ab8a0",  # LOPE vs GRPO at equal tokens
-               "testbed-agentic-decide": "eb9084f7602c",  # tool calls, with controls
-               # the off-policy testbed again with its controls, in progress
-               "testbed-offpolicy-next": "eb9084f7602c"}
+               "testbed-agentic-decide": "eb9084f7602c"}  # tool calls, with controls
 
 
 @pytest.mark.slow
