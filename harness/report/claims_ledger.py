@@ -174,6 +174,11 @@ def read_page(root: Path, board: str, where: str) -> Page:
                 re.findall(r"^- Learning check: (.+?)\.?$", md, re.M))
 
 
+def _checked_row(line: str) -> str:
+    """The row a learning-check line is about: "baseline `<row>`, ..." -> <row>."""
+    return line.split("`")[1] if line.count("`") >= 2 else ""
+
+
 def load_claims(root: Path, folder: str = "docs/claims") -> tuple[list[dict], dict[str, Page]]:
     """The claim files (each with its ``stem``) and the board pages their evidence names, in
     ledger order; bad input -> :class:`LedgerError` naming the file and key."""
@@ -419,7 +424,7 @@ def _section(claim: dict, verdict: str, reason: str, blocks: list[tuple], rel) -
                   f"- {page.reproduce}.", f"- Claimed effect C: {ctext}.",
                   f"- Controls: {note.removeprefix('controls ') or 'passed'}.",
                   *(f"- Learning check (quoted from its page): {ln}." for ln in page.learning
-                    if ln.split("`")[1:2] in ([r.baseline] for r in readings)),
+                    if _checked_row(ln) in {r.baseline for r in readings}),
                   "",
                   f"| row | baseline | seeds | row's mean | Δ `{ev['metric']}` | interval | "
                   f"{'p' if 'curve' in ev else 'adjusted p'} | MDE | reading |",
