@@ -53,6 +53,10 @@ WORK = ROOT / ".mutation"
 SURVIVORS = ROOT / "benchmarks" / "mutation_survivors.md"
 PACKAGES = ["harness", "algorithms", "tasks", "lantern"]
 ALSO_COPY = ["conf", "tests", "pyproject.toml"]
+# what a module's tests read besides the code: the ledger's tests read the committed claim files,
+# boards and ledger, and the rebuild script
+EXTRA_COPY: dict[str, list[str]] = {
+    "harness/report/claims_ledger.py": ["docs", "leaderboards", "benchmarks"]}
 
 # module -> (test files that exercised it before the mutation run existed, test files added to
 # kill its survivors, optional mutant-name globs restricting the run to the functions that define
@@ -121,6 +125,17 @@ MODULES: dict[str, tuple[list[str], list[str], list[str]]] = {
     "harness/backends/kv_decode.py": (
         ["test_kv_decode.py", "test_shared_prefix.py", "test_vlm_fast_path.py"],
         ["test_shared_prefix_config.py"], []),
+    # the confirmatory analysis: the seed-blocked model, max-|t| adjusted p-values, the MDE and
+    # the seeds a plan needs, identical rows
+    "harness/report/analysis.py": (
+        ["test_board_analysis.py"], ["test_board_analysis_edges.py"], []),
+    # the claims ledger's verdicts (rules 2-5: the claimed effect, which row decides, controls,
+    # shown / not shown / inconclusive), not the reading of files or the page it writes
+    "harness/report/claims_ledger.py": (
+        ["test_claims_ledger.py"], ["test_claims_ledger_rules.py"],
+        [f"harness.report.claims_ledger.x_{name}__*" for name in (
+            "claimed_effect", "read_row", "read_curve", "read_as", "_title", "_num",
+            "row_result", "curve_result", "controls", "_aggregate", "judge_claim")]),
     # exported runs: the metric rows a board and an import read and write in bulk
     "harness/report/metric_rows.py": (
         ["test_metric_rows.py"], [], []),
@@ -140,6 +155,10 @@ DESELECT: dict[str, list[str]] = {
         "tests/engine/test_claims.py::test_plan_cell_releases_its_claim_when_planning_fails"],
     # mutates its own parametrize argument (finals["grpo"]["9"] = ...), so the second run in the
     # same process sees a task with seed noise and the pytest.raises fails
+    # rebuilds every committed board in a clone (~20 s a run); it exercises the ledger's
+    # writing, outside the module's scope, and the verdict rules are read by the other tests
+    "harness/report/claims_ledger.py": [
+        "tests/report/test_claims_ledger.py::test_rebuild_boards_reports_a_stale_ledger"],
     "harness/report/aggregate.py": [
         "tests/report/test_suite_aggregate.py::test_a_task_without_seed_noise_is_refused_naming_it",
         # end-to-end boards (MLflow store, 10-25 s each on the 2-core machine): too slow to run
@@ -170,7 +189,8 @@ def prepare(module: str, tests: list[str], baseline: bool) -> Path:
         shutil.rmtree(ws)
     ws.mkdir(parents=True)
     ignore = shutil.ignore_patterns("__pycache__", "*.pyc", ".pytest_cache")
-    for name in PACKAGES + ALSO_COPY:
+    also = ALSO_COPY + EXTRA_COPY.get(module, [])
+    for name in PACKAGES + also:
         src = ROOT / name
         if src.is_dir():
             shutil.copytree(src, ws / name, ignore=ignore)
@@ -184,7 +204,7 @@ def prepare(module: str, tests: list[str], baseline: bool) -> Path:
         *(f"    {p}" for p in PACKAGES),
         f"only_mutate = {module}",
         "also_copy =",
-        *(f"    {p}" for p in ALSO_COPY),
+        *(f"    {p}" for p in also),
         "pytest_add_cli_args_test_selection =",
         *(f"    {t}" for t in present),
         "pytest_add_cli_args =",

@@ -163,7 +163,8 @@ def analyse(values: Mapping[str, Mapping[str, float]], contrasts: Sequence[tuple
     out = Analysis(alpha=alpha, power=power)
     clean = {r: {str(s): float(y) for s, y in v.items() if not math.isnan(float(y))}
              for r, v in values.items()}  # seed labels as strings: 0 and "0" are one seed
-    pairs = [(r, b) for r, b in contrasts if clean.get(r) and clean.get(b)]
+    # a row paired with itself is no comparison (a board labels such a row identical instead)
+    pairs = [(r, b) for r, b in contrasts if r != b and clean.get(r) and clean.get(b)]
     if not pairs:
         out.note = "no comparison with runs on both sides"
         return out
@@ -206,12 +207,12 @@ def analyse(values: Mapping[str, Mapping[str, float]], contrasts: Sequence[tuple
             r, b, n, float(e), float(s), float(tv), float(min(1.0, max(0.0, p))),
             float(e - out.critical * s), float(e + out.critical * s),
             float((out.critical + t_power) * s), alpha))
+    # here df >= 1 and sigma > 0: at least two rows, at least four residuals, not all equal
     resid = np.asarray(fit.resid)
     groups = [resid[[i for i, c in enumerate(cells) if c[0] == r]] for r in rows]
-    if len(groups) > 1 and all(len(g) > 1 for g in groups):
+    if all(len(g) > 1 for g in groups):  # a spread needs two residuals in every row
         out.levene_p = float(st.levene(*groups, center="median").pvalue)
-    if len(resid) >= 3 and np.ptp(resid) > 0:
-        out.shapiro_p = float(st.shapiro(resid).pvalue)
+    out.shapiro_p = float(st.shapiro(resid).pvalue)
     return out
 
 
@@ -232,9 +233,9 @@ def mde_at(sigma: float, contrasts: Sequence[tuple[str, str]], seeds: int, alpha
     """The family's largest MDE with ``seeds`` seeds on a complete design of the contrasts'
     rows, residual SD ``sigma``."""
     corr, factor, n_rows = _balanced_corr(contrasts)
-    df = (n_rows - 1) * (seeds - 1)
-    if seeds < 2 or df < 1:
+    if seeds < 2:  # no residual degrees of freedom (two rows or more: df >= 1 from two seeds)
         return math.inf
+    df = (n_rows - 1) * (seeds - 1)
     c = critical_value(corr, df, alpha)
     return float((c + st.t.ppf(power, df)) * sigma * math.sqrt(float(factor.max()) / seeds))
 
