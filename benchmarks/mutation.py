@@ -7,7 +7,7 @@
     python benchmarks/mutation.py --all            # every scoped module, one after another
     python benchmarks/mutation.py --table          # benchmarks/README.md's table, last runs
 
-Not part of CI: a module takes one to twelve minutes on a 2-core machine.
+Not part of CI: a module takes one to seventeen minutes on a 2-core machine.
 
 For each module the script copies the checkout's packages, ``conf/``, ``tests/`` and
 ``pyproject.toml`` into ``.mutation/<module>[-baseline]/`` (a snapshot, so edits made while it
