@@ -155,10 +155,6 @@ DESELECT: dict[str, list[str]] = {
         "tests/engine/test_claims.py::test_plan_cell_releases_its_claim_when_planning_fails"],
     # mutates its own parametrize argument (finals["grpo"]["9"] = ...), so the second run in the
     # same process sees a task with seed noise and the pytest.raises fails
-    # rebuilds every committed board in a clone (~20 s a run); it exercises the ledger's
-    # writing, outside the module's scope, and the verdict rules are read by the other tests
-    "harness/report/claims_ledger.py": [
-        "tests/report/test_claims_ledger.py::test_rebuild_boards_reports_a_stale_ledger"],
     "harness/report/aggregate.py": [
         "tests/report/test_suite_aggregate.py::test_a_task_without_seed_noise_is_refused_naming_it",
         # end-to-end boards (MLflow store, 10-25 s each on the 2-core machine): too slow to run
@@ -166,6 +162,10 @@ DESELECT: dict[str, list[str]] = {
         "tests/report/test_suite_aggregate.py"
         "::test_suite_board_writes_the_aggregate_beside_per_task_boards",
         "tests/report/test_suite_aggregate.py::test_duplicated_cell_is_refused_naming_the_runs"],
+    # rebuilds every committed board in a clone (~20 s a run); it exercises the ledger's
+    # writing, outside the module's scope, and the verdict rules are read by the other tests
+    "harness/report/claims_ledger.py": [
+        "tests/report/test_claims_ledger.py::test_rebuild_boards_reports_a_stale_ledger"],
 }
 
 
