@@ -19,9 +19,9 @@ seeds, instead of the ``S - 1`` of one paired t-test.
 are descriptive). Adjusted p-values are single-step max-|t| (Hothorn, Bretz & Westfall, 2008,
 "Simultaneous inference in general parametric models"): ``p_i = P(max_j |T_j| >= |t_i|)``, with
 ``T`` multivariate t with the residual degrees of freedom and the contrasts' correlation matrix,
-evaluated on 200,000 seeded draws of ``T`` (scipy's ``multivariate_t``; Monte-Carlo error of a
-probability near 0.05 about 0.0005; one comparison uses Student-t exactly), so a page rebuilds
-to the same digits. When
+evaluated on 200,000 seeded draws of ``T`` (from the symmetric square root of the correlation
+matrix, so the same on every machine; Monte-Carlo error of a probability near 0.05 about
+0.0005; one comparison uses Student-t exactly), so a page rebuilds to the same digits. When
 every row is compared with one baseline this is Dunnett's many-to-one test (Dunnett, 1955); with
 several baselines (LPO's paired-temperature protocol) the same procedure follows the contrasts'
 correlations. The simultaneous interval is ``estimate +- c * SE`` with ``c`` the family's
@@ -107,11 +107,19 @@ class Analysis:
 
 
 def _max_abs_t(corr: np.ndarray, df: int) -> np.ndarray:
-    """Sorted draws of max_j |T_j|, T multivariate t (``df``, correlation ``corr``)."""
+    """Sorted draws of max_j |T_j|, T multivariate t (``df``, correlation ``corr``):
+    ``T = Z R / sqrt(W / df)``, ``Z`` standard normal rows, ``W`` chi-square(df), and ``R`` the
+    symmetric square root of ``corr``. Why that root: it exists for a singular ``corr`` and is
+    unique, while an eigen- or SVD factor (what scipy's and numpy's samplers use) is not where an
+    eigenvalue repeats, as in Dunnett's equicorrelated many-to-one matrix: there LAPACK's
+    kernels (AVX2 vs AVX-512 builds) pick different bases, and the same seed gave different
+    draws, and a page different digits, on two machines."""
     rng = np.random.default_rng(_DRAW_SEED)
-    draws = st.multivariate_t(shape=corr, df=df, allow_singular=True).rvs(
-        size=_DRAWS, random_state=rng).reshape(_DRAWS, corr.shape[0])
-    return np.sort(np.abs(draws).max(axis=1))
+    lam, vec = np.linalg.eigh(corr)
+    root = (vec * np.sqrt(np.clip(lam, 0.0, None))) @ vec.T  # V diag(sqrt(lam)) V^T
+    z = rng.standard_normal((_DRAWS, corr.shape[0])) @ root
+    w = rng.chisquare(df, _DRAWS) / df
+    return np.sort(np.abs(z).max(axis=1) / np.sqrt(w))
 
 
 def _exceed(bound: float, corr: np.ndarray, df: int, draws: np.ndarray | None) -> float:
