@@ -16,10 +16,12 @@ so MLflow 3's UI opens them on the runs view rather than the GenAI traces view.
 
 Under load (the cells of a sweep, or two sweeps, on one store): a database store that does not
 exist yet is created once (:func:`open_client`: under a file lock on this host, and retried when
-another host created it at the same moment); a locked SQLite database or two cells inserting one
-dataset row are retried (:func:`with_retries`); which process trains a cell is settled by a claim in
-the store (:mod:`harness.claims`). What this process sent is counted (``Tracker.sent``) and
-written to the run's output dir as ``logged.json``, so a store can be audited against it.
+another host created it at the same moment; a new SQLite store is a copy of an empty one MLflow
+built once per MLflow version, :func:`schema_template`); a locked SQLite database or two cells
+inserting one dataset row are retried (:func:`with_retries`); which process trains a cell is
+settled by a claim in the store (:mod:`harness.claims`). What this process sent is counted
+(``Tracker.sent``) and written to the run's output dir as ``logged.json``, so a store can be
+audited against it.
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ import contextlib
 import hashlib
 import json
 import os
+import shutil
 import tempfile
 import time
 from collections import Counter
@@ -70,6 +73,7 @@ def open_client(uri: str) -> Any:
 
     if not uri.startswith(DATABASE_SCHEMES):
         return MlflowClient(tracking_uri=uri)  # a tracking server creates its own store
+    db = None
     if uri.startswith("sqlite:///"):
         db = Path(uri[len("sqlite:///"):].split("?", 1)[0])
         if db.exists() and not os.access(db.parent, os.W_OK):
@@ -80,6 +84,8 @@ def open_client(uri: str) -> Any:
         lock = str(Path(tempfile.gettempdir()) /
                    f"rlbench-store-{hashlib.sha256(uri.encode()).hexdigest()[:16]}.lock")
     with FileLock(lock, timeout=600):
+        if db is not None and (not db.exists() or db.stat().st_size == 0):
+            _copy_template(db)
         for attempt in range(30):
             try:
                 return MlflowClient(tracking_uri=uri)  # builds the store (and its schema)
@@ -88,6 +94,62 @@ def open_client(uri: str) -> Any:
                     raise
                 time.sleep(min(0.2 * (attempt + 1), 2.0))
     raise AssertionError("unreachable")
+
+
+def schema_template() -> Path | None:
+    """An empty MLflow SQLite store with every schema migration applied and no experiment in it,
+    built by MLflow (``_initialize_tables``, what ``SqlAlchemyStore`` runs on an empty database)
+    once per MLflow version under the rlbench cache (``$RLBENCH_CACHE``, else ~/.cache/rlbench).
+    Why: a new store runs MLflow's ~70 alembic migrations, about 2 s of CPU per store, paid by
+    every sweep cell's first store, every board built from exports and most tests; a copy of the
+    template opens in milliseconds. MLflow adds the Default experiment on first open, with the
+    artifact location and time a store it built itself would have. None when the template
+    cannot be made (read-only cache, another MLflow): the store is then built as before."""
+    import mlflow
+    from filelock import FileLock
+
+    cache = os.environ.get("RLBENCH_CACHE")
+    root = (Path(cache).expanduser() if cache else Path.home() / ".cache" / "rlbench") / "mlflow"
+    path = root / f"schema-{mlflow.__version__}.db"
+    if path.exists():
+        return path
+    try:
+        root.mkdir(parents=True, exist_ok=True)
+        with FileLock(f"{path}.lock", timeout=600):
+            if not path.exists():
+                from mlflow.store.db.utils import _initialize_tables
+                from sqlalchemy import create_engine
+
+                partial = root / f".schema-{os.getpid()}.partial"
+                partial.unlink(missing_ok=True)
+                engine = create_engine(f"sqlite:///{partial}")
+                try:
+                    _initialize_tables(engine)
+                    engine.dispose()
+                    os.replace(partial, path)  # complete or absent, never half-built
+                finally:
+                    engine.dispose()
+                    partial.unlink(missing_ok=True)
+    except Exception:  # an optimisation only: MLflow builds the schema itself below
+        return None
+    return path
+
+
+def _copy_template(db: Path) -> None:
+    """Make the new SQLite store ``db`` a copy of :func:`schema_template` (no-op without one).
+    The copy is linked into place, so a store that appeared meanwhile is never overwritten."""
+    template = schema_template()
+    if template is None:
+        return
+    partial = db.with_name(f".{db.name}.{os.getpid()}.partial")
+    try:
+        shutil.copyfile(template, partial)
+        db.unlink(missing_ok=True)  # an empty file (touched, not built) is no store
+        os.link(partial, db)
+    except OSError:
+        pass  # e.g. no hard links on this file system: MLflow builds the store instead
+    finally:
+        partial.unlink(missing_ok=True)
 
 
 def get_or_create_experiment(client: Any, name: str, tracking_uri: str) -> str:

@@ -43,6 +43,7 @@ from harness.report.collect import EXPORTED_ID_TAG
 from harness.report.config import BoardError
 from harness.report.metric_rows import is_database, read_histories, write_histories
 from harness.report.tables import Run
+from harness.tracking import open_client
 
 __all__ = ["BUILD_LINES", "Checkout", "checkout", "clean_checkout", "display_tracking_uri",
            "export_runs", "import_runs", "reproduce"]
@@ -266,7 +267,7 @@ def import_runs(path: Path, tracking_uri: str, experiment: str, *,
     numbers of runs loaded and left out. ``skip_present``: a run whose original id is already
     in the experiment (``rlbench.exported_run_id``, or its own id) is left out, so loading the
     same export twice loads it once."""
-    client = MlflowClient(tracking_uri)
+    client = open_client(tracking_uri)
     exp = client.get_experiment_by_name(experiment)
     exp_id = exp.experiment_id if exp else client.create_experiment(experiment)
     records = read_export(path)
