@@ -196,9 +196,13 @@ def analyse(values: Mapping[str, Mapping[str, float]], contrasts: Sequence[tuple
     fit = sm.OLS(y, X).fit()
     out.sigma = float(np.sqrt(fit.scale))
     L = np.array([_contrast(rows, X.shape[1], r, b) for r, b in pairs])
-    est = L @ fit.params
+    # on a grid of 1e-12 of the data's scale: the least-squares solve leaves ~1e-17 of rounding
+    # that differs between BLAS builds, so an estimate of exactly 0 or an exact half (0.0025)
+    # printed -0.000 or +0.003 on one machine and +0.000 or +0.002 on another (+ 0.0: no -0)
+    quantum = 1e-12 * max(1.0, float(np.abs(y).max()))
+    est = np.round(L @ fit.params / quantum) * quantum + 0.0
     cov = L @ fit.cov_params() @ L.T
-    se = np.sqrt(np.diag(cov))
+    se = np.round(np.sqrt(np.diag(cov)) / quantum) * quantum
     # every residual 0 (up to rounding): the t statistics are undefined, never huge
     if not out.sigma > 1e-9 * max(1.0, float(np.abs(y).max())):
         out.note = "no residual variance (every row moves with the seed exactly)"

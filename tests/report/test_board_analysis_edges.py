@@ -271,3 +271,21 @@ def test_only_final_and_start_metrics_decide_identity_and_time_memory_never_do()
     assert not identical_to(only_time, only_time)  # nothing to compare: not shown identical
     two = {"0": base["0"], "1": {**base["0"], "final/h/pass_at_1": 0.3}}
     assert not identical_to(two, {"0": base["0"], "1": base["0"]})  # every shared seed counts
+
+
+def test_an_exact_zero_or_half_difference_is_estimated_exactly_not_with_blas_rounding():
+    """The least-squares solve leaves ~1e-17 of rounding that differs between BLAS builds: a
+    row equal to the baseline came out -1e-16 (printed -0.000) and a difference of 0.0025
+    either side of the half (+0.002 on one machine, +0.003 on another). Estimates and SEs sit
+    on a grid of 1e-12 of the data's scale, so both are exact."""
+    base = [0.2, 0.3, 0.25, 0.4, 0.1, 0.15]
+    wiggle = [0.01, -0.01, 0.02, -0.02, 0.0, 0.003]
+    values = {"grpo": {str(s): v for s, v in enumerate(base)},
+              "half": {str(s): v + 0.0025 + w - sum(wiggle) / 6
+                       for s, (v, w) in enumerate(zip(base, wiggle))},
+              "same": {str(s): v for s, v in enumerate(base)}}
+    got = {c.row: c for c in analyse(values, [("half", "grpo"), ("same", "grpo")]).comparisons}
+    assert got["same"].estimate == 0.0 and math.copysign(1.0, got["same"].estimate) == 1.0
+    assert got["half"].estimate == pytest.approx(0.0025, abs=1e-15)
+    assert got["half"].estimate == round(0.0025 / 1e-12) * 1e-12
+    assert got["half"].se == round(got["half"].se / 1e-12) * 1e-12
