@@ -273,19 +273,38 @@ def test_only_final_and_start_metrics_decide_identity_and_time_memory_never_do()
     assert not identical_to(two, {"0": base["0"], "1": base["0"]})  # every shared seed counts
 
 
+def _half_and_same(scale: float = 1.0) -> dict[str, dict[str, float]]:
+    """A row 0.0025 above the baseline on average, one equal to it, one in between (times
+    ``scale``); unrounded, the solve puts the equal row at about -1e-16 on this design."""
+    base = [0.2, 0.3, 0.25, 0.4, 0.1, 0.15]
+    wiggle = [0.01, -0.01, 0.02, -0.02, 0.0, 0.003]
+    mean = sum(wiggle) / 6
+    return {"grpo": {str(s): scale * v for s, v in enumerate(base)},
+            "half": {str(s): scale * (v + 0.0025 + w - mean)
+                     for s, (v, w) in enumerate(zip(base, wiggle))},
+            "mid": {str(s): scale * (v + w / 2) for s, (v, w) in enumerate(zip(base, wiggle))},
+            "same": {str(s): scale * v for s, v in enumerate(base)}}
+
+
+_PAIRS = [("half", "grpo"), ("mid", "grpo"), ("same", "grpo")]
+
+
 def test_an_exact_zero_or_half_difference_is_estimated_exactly_not_with_blas_rounding():
     """The least-squares solve leaves ~1e-17 of rounding that differs between BLAS builds: a
     row equal to the baseline came out -1e-16 (printed -0.000) and a difference of 0.0025
     either side of the half (+0.002 on one machine, +0.003 on another). Estimates and SEs sit
-    on a grid of 1e-12 of the data's scale, so both are exact."""
-    base = [0.2, 0.3, 0.25, 0.4, 0.1, 0.15]
-    wiggle = [0.01, -0.01, 0.02, -0.02, 0.0, 0.003]
-    values = {"grpo": {str(s): v for s, v in enumerate(base)},
-              "half": {str(s): v + 0.0025 + w - sum(wiggle) / 6
-                       for s, (v, w) in enumerate(zip(base, wiggle))},
-              "same": {str(s): v for s, v in enumerate(base)}}
-    got = {c.row: c for c in analyse(values, [("half", "grpo"), ("same", "grpo")]).comparisons}
+    on a grid of 1e-12 of the data's scale, so both are exact, and a zero is +0."""
+    got = {c.row: c for c in analyse(_half_and_same(), _PAIRS).comparisons}
     assert got["same"].estimate == 0.0 and math.copysign(1.0, got["same"].estimate) == 1.0
     assert got["half"].estimate == pytest.approx(0.0025, abs=1e-15)
     assert got["half"].estimate == round(0.0025 / 1e-12) * 1e-12
     assert got["half"].se == round(got["half"].se / 1e-12) * 1e-12
+
+
+def test_the_estimates_grid_scales_with_the_data():
+    """Token counts are ~1e5, so their rounding noise is ~1e-11: the grid is 1e-12 of the
+    largest value, not 1e-12 absolute (which would keep the noise)."""
+    quantum = 1e-12 * 1e5 * 0.4  # max |y|: the baseline's 0.4 at seed 3, times the scale
+    for c in analyse(_half_and_same(1e5), _PAIRS).comparisons:
+        assert c.estimate / quantum == pytest.approx(round(c.estimate / quantum), abs=1e-6)
+        assert c.se / quantum == pytest.approx(round(c.se / quantum), abs=1e-6)
