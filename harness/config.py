@@ -12,6 +12,7 @@ anything runs. Canonical keys (docs/design.md): ``seed``, ``algorithm``, ``task`
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 from importlib.metadata import entry_points
 from pathlib import Path
@@ -21,6 +22,13 @@ from omegaconf import DictConfig, OmegaConf
 
 from harness.registry import BACKENDS, MODELS, TASKS
 from harness.typed_config import ConfigError, schema_of, validate
+
+
+def cache_home() -> Path:
+    """rlbench's cache root: ``$RLBENCH_CACHE``, else ``~/.cache/rlbench`` (tiny models, the
+    MLflow schema template, BM25 indexes, rendered diagrams)."""
+    env = os.environ.get("RLBENCH_CACHE")
+    return Path(env).expanduser() if env else Path.home() / ".cache" / "rlbench"
 
 
 def conf_dir() -> Path:

@@ -37,7 +37,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from harness.config import flatten
+from harness.config import cache_home, flatten
 
 MAX_PARAM_VALUE = 6000
 EXPERIMENT_KIND = ("mlflow.experimentKind", "custom_model_development")
@@ -108,8 +108,7 @@ def schema_template() -> Path | None:
     import mlflow
     from filelock import FileLock
 
-    cache = os.environ.get("RLBENCH_CACHE")
-    root = (Path(cache).expanduser() if cache else Path.home() / ".cache" / "rlbench") / "mlflow"
+    root = cache_home() / "mlflow"
     path = root / f"schema-{mlflow.__version__}.db"
     if path.exists():
         return path
@@ -124,11 +123,12 @@ def schema_template() -> Path | None:
                 partial.unlink(missing_ok=True)
                 engine = create_engine(f"sqlite:///{partial}")
                 try:
-                    _initialize_tables(engine)
-                    engine.dispose()
+                    try:
+                        _initialize_tables(engine)
+                    finally:
+                        engine.dispose()
                     os.replace(partial, path)  # complete or absent, never half-built
                 finally:
-                    engine.dispose()
                     partial.unlink(missing_ok=True)
     except Exception:  # an optimisation only: MLflow builds the schema itself below
         return None

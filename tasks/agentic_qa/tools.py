@@ -28,6 +28,7 @@ from typing import Any
 import numpy as np
 
 from harness import sandbox
+from harness.config import cache_home
 from harness.tools import ToolFailure
 
 MAX_QUERY_CHARS = 1000  # longer queries are cut (a runaway generation must not stall BM25)
@@ -44,8 +45,7 @@ class Passage:
 
 def cache_root() -> Path:
     """``$RLBENCH_CACHE`` or ``~/.cache/rlbench`` (the same root as the tiny-model cache)."""
-    env = os.environ.get("RLBENCH_CACHE")
-    return Path(env).expanduser() if env else Path.home() / ".cache" / "rlbench"
+    return cache_home()
 
 
 def load_corpus(path: str | Path) -> list[Passage]:

@@ -42,6 +42,7 @@ from typing import Any
 
 from PIL import Image, ImageDraw, ImageFont
 
+from harness.config import cache_home
 from tasks.geometry3k import logic
 
 RENDER_VERSION = 2
@@ -375,8 +376,7 @@ class _Painter:
 
 def cache_root() -> Path:
     """``$RLBENCH_CACHE`` or ``~/.cache/rlbench`` (the tiny models' cache root)."""
-    env = os.environ.get("RLBENCH_CACHE")
-    return Path(env).expanduser() if env else Path.home() / ".cache" / "rlbench"
+    return cache_home()
 
 
 def diagram_key(record: dict[str, Any], size: int) -> str:
