@@ -393,6 +393,9 @@ def validate_config(cfg: DictConfig, *, hardware: bool = True) -> RunParts:
     from harness.compat import check_config
 
     task = build(TASKS, cfg.task, "task")
+    from harness.models import check_model_for_task
+
+    check_model_for_task(cfg.model, cfg.task, local_files=hardware)
     resolve_defaults(cfg, task)
     algorithm = build_algorithm(cfg.algorithm, cfg.rollout.max_new_tokens)
     check_config(cfg)  # the pair: what the algorithm's parts need, what the task offers

@@ -161,6 +161,13 @@ class Geometry3kTask(VariantTask):
 
     offers: ClassVar[frozenset[str]] = frozenset({BINARY_CORRECT, IMAGES})  # harness.compat
 
+    @classmethod
+    def offers_for(cls, config: Any) -> frozenset[str]:
+        """``full.mode=text`` gives the diagram's logic forms as text: no images."""
+        if config.get("variant") == "full" and config.full.mode == "text":
+            return cls.offers - {IMAGES}
+        return cls.offers
+
     name = "geometry3k"
 
     @dataclass

@@ -80,6 +80,43 @@ def test_a_task_configured_without_tools_does_not_offer_them(capsys):
     assert "tools" in compat.task_offers("agentic_qa", tiny_cfg)  # tiny always searches
 
 
+def test_a_text_only_model_is_refused_for_a_task_declaring_images_before_any_data_is_read(
+        capsys, monkeypatch):
+    """The preflight refuses model=tiny on an image task from the declarations alone (reading
+    geometry3k's data would render diagrams first), and lets the text mode of geometry3k, which
+    withholds images, through."""
+    from tasks.geometry3k.task import Geometry3kTask
+
+    def no_data(self):
+        raise AssertionError("the preflight read the task's data")
+
+    monkeypatch.setattr(Geometry3kTask, "train_examples", no_data)
+    with pytest.raises(SystemExit) as exc:
+        preflight(["task=geometry3k_tiny", "model=tiny"], multirun=False)
+    assert exc.value.code == 2
+    err = capsys.readouterr().err
+    assert "task=geometry3k (variant tiny) has images" in err and "model=tiny_vlm" in err
+    text = OmegaConf.create({"variant": "full", "full": {"mode": "text"}})
+    assert "images" not in compat.task_offers("geometry3k", text)
+    assert "images" in compat.task_offers(
+        "geometry3k", OmegaConf.create({"variant": "full", "full": {"mode": "image"}}))
+    preflight(["task=geometry3k", "task.variant=full", "task.full.mode=text", "model=tiny"],
+              multirun=False)
+
+
+def test_a_model_path_that_is_unset_missing_or_not_a_model_is_refused_by_the_preflight(
+        capsys, tmp_path):
+    for path, needle in ((None, "model.path is not set"),
+                         (tmp_path / "nope", "does not exist"),
+                         (tmp_path, "has no config.json")):
+        with pytest.raises(SystemExit) as exc:
+            preflight(["model=hf", *([f"model.path={path}"] if path else [])], multirun=False)
+        assert exc.value.code == 2 and needle in capsys.readouterr().err
+    # a hub id is left to the run (the Hugging Face cache is read there), as is --cfg's config
+    preflight(["model=hf", "model.path=SomeOrg/some-model"], multirun=False)
+    preflight(["model=hf"], multirun=False, hardware=False)
+
+
 def test_the_compatible_sweeper_drops_a_cell_its_configuration_cannot_run():
     cells = preflight(["hydra/sweeper=compatible", "algorithm=grpo,arpo", "task=agentic_qa",
                        "task.variant=full", "task.full.tools=[]", "seed=0"], multirun=True)

@@ -94,6 +94,31 @@ def _train_args(model: Path, *extra: str) -> list[str]:
             "backend.threads=1", "trainer.status_every=0", *extra]
 
 
+def _setup(byo: Path, model: Path, monkeypatch: pytest.MonkeyPatch, *extra: str) -> None:
+    """``Trainer.setup`` of the run :func:`_train_args` describes, in this process, MLflow off:
+    where ``rlbench train`` checks every prompt against the model. Its refusals are the
+    :class:`ConfigError` s this raises; that the command line turns one into a single line and
+    exit 2 is checked end to end by the first test below."""
+    from harness.cli import compose_config
+    from harness.trainer import Trainer
+
+    monkeypatch.chdir(byo)  # task.reward.fn=rew.py:reward, as the command line finds it
+    cfg = compose_config([*_train_args(model, *extra)[1:], "tracking.enabled=false",
+                          f"trainer.output_dir={byo / 'out'}"])
+    Trainer(cfg).setup()
+
+
+def _refusal(byo: Path, model: Path, monkeypatch: pytest.MonkeyPatch, *extra: str,
+             needles: tuple[str, ...]) -> str:
+    with pytest.raises(ConfigError) as exc:
+        _setup(byo, model, monkeypatch, *extra)
+    message = str(exc.value)
+    assert "\n" not in message, message
+    for needle in needles:
+        assert needle in message, message
+    return message
+
+
 def _one_line_refusal(proc: subprocess.CompletedProcess, *needles: str) -> str:
     assert proc.returncode == 2, proc.stderr[-3000:]
     assert "Traceback" not in proc.stderr, proc.stderr[-3000:]
@@ -137,21 +162,22 @@ def test_overlong_prompts_cut_on_the_left_train_within_the_context_and_are_count
     assert json.loads(again.stdout[again.stdout.index("{"):])["data/test/prompts_truncated"] == 1
 
 
-@pytest.mark.slow
-def test_a_run_that_never_evaluates_does_not_refuse_its_eval_sets(byo, gpt2, cli_env):
+def test_a_run_that_never_evaluates_does_not_refuse_its_eval_sets(byo, gpt2, monkeypatch):
     _jsonl(byo / "short.jsonl", [{"prompt": f"{i}+1=", "answer": i + 1} for i in range(4)])
-    proc = _rlbench(byo, cli_env, *_train_args(
-        gpt2, "task.train=short.jsonl", "+task.eval.test.path=test.jsonl",
-        "trainer.eval_every=0", "trainer.eval_at_start=false"))
-    assert proc.returncode == 0, proc.stderr[-3000:]
+    _setup(byo, gpt2, monkeypatch, "task.train=short.jsonl", "+task.eval.test.path=test.jsonl",
+           "trainer.eval_every=0", "trainer.eval_at_start=false")
+    with pytest.raises(ConfigError, match="eval set 'test' row 3"):  # the same run, evaluating
+        _setup(byo, gpt2, monkeypatch, "task.train=short.jsonl",
+               "+task.eval.test.path=test.jsonl")
 
 
-@pytest.mark.slow
-def test_overlong_eval_prompts_are_dropped_and_counted_when_filtered(byo, gpt2, cli_env):
-    proc = _rlbench(byo, cli_env, "eval", "model=hf", f"model.path={gpt2}", "task=custom",
+def test_overlong_eval_prompts_are_dropped_and_counted_when_filtered(byo, gpt2, cli_env,
+                                                                     rlbench_in_process):
+    proc = rlbench_in_process("eval", "model=hf", f"model.path={gpt2}", "task=custom",
                     "task.train=train.jsonl", "task.reward.fn=rew.py:reward",
                     "+task.eval.test.path=test.jsonl", "task.max_new_tokens=8",
-                    "data.filter_overlong_prompts=true", "backend.threads=1")
+                    "data.filter_overlong_prompts=true", "backend.threads=1",
+                    cwd=byo, env=cli_env)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "eval set 'test': 1 of 4 prompts are over the prompt limit" in proc.stderr
     assert "dropped" in proc.stderr
@@ -159,46 +185,42 @@ def test_overlong_eval_prompts_are_dropped_and_counted_when_filtered(byo, gpt2, 
     assert out["data/test/prompts_dropped"] == 1.0 and out["eval/test/samples"] == 3 * 4
 
 
-@pytest.mark.slow
-def test_an_overlong_eval_prompt_is_refused_by_rlbench_eval(byo, gpt2, cli_env):
-    proc = _rlbench(byo, cli_env, "eval", "model=hf", f"model.path={gpt2}", "task=custom",
+def test_an_overlong_eval_prompt_is_refused_by_rlbench_eval(byo, gpt2, cli_env,
+                                                           rlbench_in_process):
+    proc = rlbench_in_process("eval", "model=hf", f"model.path={gpt2}", "task=custom",
                     "task.train=train.jsonl", "task.reward.fn=rew.py:reward",
                     "+task.eval.test.path=test.jsonl", "task.max_new_tokens=8",
-                    "backend.threads=1")
+                    "backend.threads=1", cwd=byo, env=cli_env)
     _one_line_refusal(proc, "eval set 'test' row 3", "over the prompt limit of 56")
 
 
-@pytest.mark.slow
-def test_chat_prompts_without_a_chat_template_are_refused_naming_the_fix(byo, gpt2, cli_env):
-    args = _train_args(gpt2, "task.train=chat.jsonl",
-                       "task.columns.answer=reward_model.ground_truth")
-    _one_line_refusal(_rlbench(byo, cli_env, *args), "task.train row 0", "no chat template",
-                      "model.chat_template=")
+def test_chat_prompts_without_a_chat_template_are_refused_naming_the_fix(byo, gpt2,
+                                                                          monkeypatch):
+    args = ("task.train=chat.jsonl", "task.columns.answer=reward_model.ground_truth")
+    _refusal(byo, gpt2, monkeypatch, *args,
+             needles=("task.train row 0", "no chat template", "model.chat_template="))
     template = "model.chat_template='{% for m in messages %}{{ m.content }}{% endfor %}'"
-    proc = _rlbench(byo, cli_env, *args, template)
-    assert proc.returncode == 0, proc.stderr[-3000:]
+    _setup(byo, gpt2, monkeypatch, *args, template)
 
 
-@pytest.mark.slow
 def test_response_length_that_leaves_no_room_or_overflows_the_context_is_refused(
-        byo, gpt2, cli_env):
-    _one_line_refusal(_rlbench(byo, cli_env, *_train_args(
-        gpt2, "task.train=train.jsonl", "rollout.max_new_tokens=64")),
-        "rollout.max_new_tokens=64 leaves no room for a prompt", "context is 64")
-    _one_line_refusal(_rlbench(byo, cli_env, *_train_args(
-        gpt2, "task.train=train.jsonl", "data.max_prompt_length=60")),
-        "data.max_prompt_length=60 plus rollout.max_new_tokens=8 is 68 tokens",
-        "data.max_prompt_length <= 56")
+        byo, gpt2, monkeypatch):
+    _refusal(byo, gpt2, monkeypatch, "task.train=train.jsonl", "rollout.max_new_tokens=64",
+             needles=("rollout.max_new_tokens=64 leaves no room for a prompt", "context is 64"))
+    _refusal(byo, gpt2, monkeypatch, "task.train=train.jsonl", "data.max_prompt_length=60",
+             needles=("data.max_prompt_length=60 plus rollout.max_new_tokens=8 is 68 tokens",
+                      "data.max_prompt_length <= 56"))
 
 
-@pytest.mark.slow
-def test_token_ids_the_embedding_lacks_and_a_missing_eos_are_refused(byo, cli_env, tmp_path):
+def test_token_ids_the_embedding_lacks_and_a_missing_eos_are_refused(byo, tmp_path,
+                                                                      monkeypatch):
     extra = gpt2_dir(tmp_path / "extra", extra_tokens=3)
-    _one_line_refusal(_rlbench(byo, cli_env, *_train_args(extra, "task.train=extra.jsonl")),
-                      "task.train row 0", "token id 301", "(300 rows)", "resize_token_embeddings")
+    _refusal(byo, extra, monkeypatch, "task.train=extra.jsonl",
+             needles=("task.train row 0", "token id 301", "(300 rows)",
+                      "resize_token_embeddings"))
     no_eos = gpt2_dir(tmp_path / "noeos", eos=False)
-    _one_line_refusal(_rlbench(byo, cli_env, *_train_args(no_eos, "task.train=extra.jsonl")),
-                      "has no EOS token", "eos_token")
+    _refusal(byo, no_eos, monkeypatch, "task.train=extra.jsonl",
+             needles=("has no EOS token", "eos_token"))
 
 
 # -- the rules, unit by unit --------------------------------------------------------------------
