@@ -7,10 +7,10 @@ from __future__ import annotations
 import json
 
 import pytest
-from mlflow.tracking import MlflowClient
 
 from harness.config import validate_config
 from harness.summary import eval_summary
+from harness.tracking import open_client
 from harness.trainer import Trainer
 from harness.typed_config import ConfigError
 from tests.helpers import make_config
@@ -21,7 +21,7 @@ RUN = ["trainer.steps=4", "trainer.eval_every=100", "trainer.checkpoint_every=0"
 
 
 def _history(uri: str, metric: str) -> dict[int, float]:
-    client = MlflowClient(uri)
+    client = open_client(uri)
     [run] = client.search_runs([client.get_experiment_by_name("rlbench").experiment_id])
     return {m.step: m.value for m in client.get_metric_history(run.info.run_id, metric)}
 
@@ -72,7 +72,7 @@ def test_final_is_the_last_evaluation_not_a_mean_with_mid_training():
 @pytest.mark.slow
 def test_per_problem_counts_and_standard_errors_are_logged(tmp_path, model_cache):
     uri = _fit(tmp_path, model_cache, "counts")
-    client = MlflowClient(uri)
+    client = open_client(uri)
     [run] = client.search_runs([client.get_experiment_by_name("rlbench").experiment_id])
     rid = client.get_run(run.info.run_id).info.run_id
     path = client.download_artifacts(rid, "evals/step_000004.jsonl", str(tmp_path))

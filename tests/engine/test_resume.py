@@ -13,6 +13,7 @@ import pytest
 from mlflow.tracking import MlflowClient
 
 from harness.cell_plan import config_hash, plan_cell, resume_mode
+from harness.tracking import open_client
 from tests.helpers import QUIET_RUN, RLBENCH, make_config, rlbench
 
 RUN = [*QUIET_RUN, "trainer.steps=24", "trainer.eval_every=8", "trainer.checkpoint_every=8",
@@ -28,7 +29,7 @@ def _env(base: dict[str, str], tmp: Path, name: str) -> dict[str, str]:
 
 
 def _only_run(uri: str):
-    client = MlflowClient(uri)
+    client = open_client(uri)
     runs = client.search_runs([client.get_experiment_by_name("rlbench").experiment_id])
     assert len(runs) == 1, [r.info.status for r in runs]
     return client, runs[0]

@@ -11,8 +11,8 @@ import gzip
 from pathlib import Path
 
 import pytest
-from mlflow.tracking import MlflowClient
 
+from harness.tracking import open_client
 from tests.helpers import QUIET_RUN, rlbench
 
 SWEEP = ["sweep", "algorithm=grpo", *QUIET_RUN, "trainer.steps=2", "trainer.eval_every=2",
@@ -33,7 +33,7 @@ def _sweep(tmp: Path, env: dict[str, str], store: str, seeds: str):
 
 def _runs(uri: str) -> dict[str, object]:
     """seed -> the FINISHED training run of that seed (one each)."""
-    client = MlflowClient(uri)
+    client = open_client(uri)
     runs = client.search_runs([client.get_experiment_by_name("rlbench").experiment_id])
     out: dict[str, object] = {}
     for run in runs:
@@ -123,7 +123,7 @@ def test_export_names_a_missing_store_or_experiment_in_one_line(tmp_path, rlbenc
                               env={"MLFLOW_TRACKING_URI": _uri(tmp_path, "none")})
     assert done.returncode == 2 and "no MLflow store at" in done.stderr
     assert not (tmp_path / "none.db").exists()  # nothing created where nothing was
-    MlflowClient(_uri(tmp_path, "empty")).create_experiment("other")
+    open_client(_uri(tmp_path, "empty")).create_experiment("other")
     done = rlbench_in_process("export", "--experiment", "rlbench", "--out",
                               str(tmp_path / "x.jsonl.gz"), cwd=tmp_path,
                               env={"MLFLOW_TRACKING_URI": _uri(tmp_path, "empty")})

@@ -9,18 +9,18 @@ from pathlib import Path
 
 import pytest
 from mlflow.entities import Metric
-from mlflow.tracking import MlflowClient
 
 import lantern.transfer_board as board
 from harness.report import provenance
 from harness.report.config import BoardError
 from harness.report.provenance import Checkout, read_export
+from harness.tracking import open_client
 
 
 def _store(tmp_path: Path, cells: list[tuple[str, int, float]]) -> tuple[str, list[str]]:
     """LANTERN runs (agent, seed, episodes to threshold) on one task, started in list order."""
     uri = f"sqlite:///{tmp_path / 'mlruns.db'}"
-    client = MlflowClient(uri)
+    client = open_client(uri)
     exp = client.create_experiment("lantern", artifact_location=(tmp_path / "a").as_uri())
     ids = []
     for i, (agent, seed, episodes) in enumerate(cells):

@@ -14,6 +14,7 @@ from mlflow.tracking import MlflowClient
 from omegaconf import OmegaConf
 
 from harness.cli import main as cli_main
+from harness.tracking import open_client
 from lantern.track import compose, run_cell
 
 RLBENCH = [sys.executable, "-m", "harness.cli"]
@@ -38,7 +39,7 @@ def test_sweep_logs_runs_skips_finished_cells_and_builds_the_leaderboard(tmp_pat
              "seed=0", f"tracking.uri={uri}", *SMALL]
     out = _rlbench(*sweep, cwd=tmp_path)
     assert out.returncode == 0, out.stderr[-3000:]
-    client = MlflowClient(tracking_uri=uri)
+    client = open_client(uri)
     exp = client.get_experiment_by_name("lantern")
     runs = client.search_runs([exp.experiment_id], "tags.`rlbench.kind` = 'lantern'")
     assert len(runs) == 2 and {r.info.status for r in runs} == {"FINISHED"}

@@ -27,6 +27,7 @@ from harness.report.board import build_leaderboards as _build
 from harness.report.board import display_tracking_uri
 from harness.report.mlflow_log import KIND_TAG, LEADERBOARD
 from harness.report.plots import align as _align
+from harness.tracking import open_client
 from tests.helpers import md_table
 
 # built from whatever checkout runs the tests; the dirty-tree refusal has its own test
@@ -90,7 +91,7 @@ def _log_run(client, exp_id, alg, seed, *, level, start_time, status="FINISHED",
 def store(tmp_path_factory):
     root = tmp_path_factory.mktemp("board")
     uri = f"sqlite:///{root / 'mlruns.db'}"
-    client = MlflowClient(uri)
+    client = open_client(uri)
     exp = client.create_experiment("rlbench", artifact_location=(root / "artifacts").as_uri())
     runs, t = {}, 1_000_000
     # Older duplicate of grpo/seed 1: superseded by the later run of the same seed.

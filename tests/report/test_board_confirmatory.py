@@ -10,10 +10,10 @@ import math
 import numpy as np
 import pytest
 from mlflow.entities import Metric, Param
-from mlflow.tracking import MlflowClient
 from scipy import stats
 
 from harness.report.board import build_leaderboards as _build
+from harness.tracking import open_client
 from tests.helpers import md_table
 
 # built from whatever checkout runs the tests; the dirty-tree refusal has its own test
@@ -32,7 +32,7 @@ def confirm(tmp_path_factory):
     effect the seeds can detect (confirmatory) and once with one they cannot (descriptive)."""
     root = tmp_path_factory.mktemp("confirm")
     uri = f"sqlite:///{root / 'mlruns.db'}"
-    client = MlflowClient(uri)
+    client = open_client(uri)
     exp = client.create_experiment("confirm", artifact_location=(root / "a").as_uri())
     rng = np.random.default_rng(7)
     block = rng.normal(0.0, 0.03, len(CONFIRM_SEEDS))

@@ -22,7 +22,7 @@ from harness.report.board import build_leaderboards as _build
 from harness.report.config import BoardError, load_config
 from harness.report.provenance import reproduce
 from harness.report.tables import Run
-from harness.tracking import seed_tags
+from harness.tracking import open_client, seed_tags
 
 build_leaderboards = functools.partial(_build, allow_dirty=True, log_to_mlflow=False,
                                        export=False)
@@ -107,7 +107,7 @@ class _Cfg(dict):
 def store(tmp_path_factory):
     root = tmp_path_factory.mktemp("controls")
     uri = f"sqlite:///{root / 'mlruns.db'}"
-    client = MlflowClient(uri)
+    client = open_client(uri)
     _experiment(client, "full", root, (*METHODS, *CONTROLS))
     _experiment(client, "bare", root, METHODS)
     _experiment(client, "no_aa", root, (*METHODS, "grpo@lr_div10"))

@@ -17,6 +17,7 @@ from scipy import stats
 
 from harness.report.board import build_leaderboards as _build
 from harness.report.config import BoardError, load_config
+from harness.tracking import open_client
 
 build_leaderboards = functools.partial(_build, allow_dirty=True, log_to_mlflow=False,
                                        export=False)
@@ -78,7 +79,7 @@ def _experiment(client: MlflowClient, name: str, root, slope: float, odd: str = 
 def store(tmp_path_factory):
     root = tmp_path_factory.mktemp("curves")
     uri = f"sqlite:///{root / 'mlruns.db'}"
-    client = MlflowClient(uri)
+    client = open_client(uri)
     _experiment(client, "follows", root, slope=0.5)
     _experiment(client, "ignores", root, slope=0.0)
     _experiment(client, "mixed", root, slope=0.5, odd="mixed")

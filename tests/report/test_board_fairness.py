@@ -25,6 +25,7 @@ from harness.report.board import build_leaderboards as _build
 from harness.report.mlflow_log import KIND_TAG, LEADERBOARD
 from harness.report.plots import ALGORITHM_ORDER, Curve, plot_curves, style
 from harness.report.stats import interval
+from harness.tracking import open_client
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -53,7 +54,7 @@ def _run(client, exp, *, alg, seed, params, metrics, tags=None, start=0):
 def tuned(tmp_path_factory):
     root = tmp_path_factory.mktemp("tuned")
     uri = f"sqlite:///{root / 'mlruns.db'}"
-    client = MlflowClient(uri)
+    client = open_client(uri)
     exp = client.create_experiment("lpo_lr_tuning", artifact_location=(root / "a").as_uri())
     n = 0
     for alg, tau in (("grpo", None), ("lpo_fwd", "sigma_g")):
@@ -124,7 +125,7 @@ GRAD = {"grpo": (0.5, 0.0), "lope": (5.0, 1.0), "dapo": (0.6, 0.0)}  # norm, cli
 def fair(tmp_path_factory):
     root = tmp_path_factory.mktemp("fair")
     uri = f"sqlite:///{root / 'mlruns.db'}"
-    client = MlflowClient(uri)
+    client = open_client(uri)
     exp = client.create_experiment("fair", artifact_location=(root / "a").as_uri())
     values, n = {}, 0
     for alg, seeds in (("grpo", SEEDS), ("lope", SEEDS), ("dapo", (0,))):
@@ -343,7 +344,7 @@ def test_at_the_budget_controls_are_read_there_and_do_not_move_it(tmp_path):
     evaluation, where it is above; an A/A run that stopped short (1,400 tokens) is left out of
     its row instead of pulling the method rows' budget (2,000 tokens) down to it."""
     uri = f"sqlite:///{tmp_path / 'mlruns.db'}"
-    client = MlflowClient(uri)
+    client = open_client(uri)
     exp = client.create_experiment("bed", artifact_location=(tmp_path / "a").as_uri())
     curves = {"grpo": (0.10, 0.20, 0.30), "lope": (0.10, 0.22, 0.28),
               "grpo@lr_div10": (0.10, 0.05, 0.08, 0.60), "grpo@aa": (0.10, 0.20, 0.30)}

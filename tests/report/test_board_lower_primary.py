@@ -12,11 +12,11 @@ import functools
 
 import pytest
 from mlflow.entities import Metric, Param
-from mlflow.tracking import MlflowClient
 
 from harness.report.board import build_leaderboards as _build
 from harness.report.claims_ledger import NOT_SHOWN, SHOWN, judge_claim, load_claims
 from harness.report.config import BoardError, load_config
+from harness.tracking import open_client
 
 build_leaderboards = functools.partial(_build, allow_dirty=True, log_to_mlflow=False,
                                        export=False)
@@ -37,7 +37,7 @@ def _calls(label: str, i: int) -> float:
 def store(tmp_path_factory):
     root = tmp_path_factory.mktemp("lower")
     uri = f"sqlite:///{root / 'mlruns.db'}"
-    client = MlflowClient(uri)
+    client = open_client(uri)
     exp = client.create_experiment("decide", artifact_location=(root / "art").as_uri())
     for n, (label, (i, block)) in enumerate(
             (lab, ib) for lab in CALLS for ib in enumerate(SEEDS)):

@@ -17,6 +17,7 @@ from scipy import stats
 from harness.report.board import build_leaderboards as _build
 from harness.report.board import load_config
 from harness.report.mlflow_log import KIND_TAG, LEADERBOARD
+from harness.tracking import open_client
 
 # built from whatever checkout runs the tests; the dirty-tree refusal has its own test
 build_leaderboards = functools.partial(_build, allow_dirty=True)
@@ -55,7 +56,7 @@ def _value(alg, variant, temp, seed):
 def board(tmp_path_factory):
     root = tmp_path_factory.mktemp("pairing")
     uri = f"sqlite:///{root / 'mlruns.db'}"
-    client = MlflowClient(uri)
+    client = open_client(uri)
     exp = client.create_experiment("lpo", artifact_location=(root / "artifacts").as_uri())
     finals, t = {}, 1_000_000
     for alg, variant, temp, seeds, _, extra in CELLS:

@@ -17,9 +17,9 @@ import re
 import numpy as np
 import pytest
 from mlflow.entities import Metric, Param
-from mlflow.tracking import MlflowClient
 
 from harness.report.board import build_leaderboards as _build
+from harness.tracking import open_client
 
 build_leaderboards = functools.partial(_build, allow_dirty=True, log_to_mlflow=False)
 LRS = ("1e-05", "0.0001", "0.001")
@@ -74,7 +74,7 @@ def _run(client, exp, alg, seed, lr, n):
 def store(tmp_path_factory):
     root = tmp_path_factory.mktemp("plan")
     uri = f"sqlite:///{root / 'mlruns.db'}"
-    client = MlflowClient(uri)
+    client = open_client(uri)
     exp = client.create_experiment("plan", artifact_location=(root / "a").as_uri())
     n = 0
     for alg in ("grpo", "gppo", "dapo", "rloo"):

@@ -21,6 +21,7 @@ from harness.report import provenance
 from harness.report.board import build_leaderboards as _build
 from harness.report.config import BoardError
 from harness.report.provenance import Checkout, import_runs, read_export
+from harness.tracking import open_client
 
 ROOT = Path(__file__).resolve().parents[2]
 build_leaderboards = functools.partial(_build, allow_dirty=True, log_to_mlflow=False)
@@ -30,7 +31,7 @@ def _store(tmp_path, sweep_tags, extra=()):
     """Runs (algorithm, seed, sweep) as ``rlbench sweep sweep=<sweep>`` tags them, each launched
     with the overrides of its cell plus ``extra``."""
     uri = f"sqlite:///{tmp_path / 'mlruns.db'}"
-    client = MlflowClient(uri)
+    client = open_client(uri)
     exp = client.create_experiment("e", artifact_location=(tmp_path / "a").as_uri())
     for i, (alg, seed, sweep) in enumerate(sweep_tags):
         tags = {"rlbench.algorithm": alg, "rlbench.task": "countdown",

@@ -22,6 +22,7 @@ from harness.manifest import cpu_label
 from harness.report.board import build_leaderboards as _build
 from harness.report.collect import identity
 from harness.report.config import BoardError
+from harness.tracking import open_client
 from tests.helpers import make_config
 
 build_leaderboards = functools.partial(_build, allow_dirty=True, log_to_mlflow=False)
@@ -115,7 +116,7 @@ def test_identity_drops_the_seed_and_what_cannot_change_a_result():
 def _store(tmp_path, cells):
     """cells: (algorithm, seed, params, final pass@1, extra tags); one run each, in order."""
     uri = f"sqlite:///{tmp_path / 'mlruns.db'}"
-    client = MlflowClient(uri)
+    client = open_client(uri)
     exp = client.create_experiment("e", artifact_location=(tmp_path / "a").as_uri())
     ids = []
     for i, (alg, seed, params, value, tags) in enumerate(cells):

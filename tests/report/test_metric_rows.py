@@ -14,6 +14,7 @@ from mlflow.tracking import MlflowClient
 
 from harness.report import provenance
 from harness.report.metric_rows import is_database, read_histories
+from harness.tracking import open_client
 
 # per key: [step, value, timestamp] as an export holds them (NaN and infinities included)
 METRICS = {
@@ -48,7 +49,7 @@ def _load(tmp_path, name: str, bulk: bool, monkeypatch) -> MlflowClient:
     with monkeypatch.context() as m:
         m.setattr(provenance, "is_database", lambda uri: bulk)
         assert provenance.import_runs(src, uri, "x") == (2, 0)
-    return MlflowClient(uri)
+    return open_client(uri)
 
 
 def _store(client: MlflowClient) -> dict:

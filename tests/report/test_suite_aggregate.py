@@ -13,12 +13,12 @@ import numpy as np
 import pytest
 import scipy.stats
 from mlflow.entities import Metric, Param
-from mlflow.tracking import MlflowClient
 
 from harness.cli.main import main
 from harness.report.aggregate import TaskScores, aggregate, performance_profile, render
 from harness.report.board import build_leaderboards
 from harness.report.config import BoardError
+from harness.tracking import open_client
 
 TASKS = {"countdown": 0.2, "math": 0.5, "agentic_qa": 0.8}  # task -> warm start W
 SEEDS = range(5)
@@ -42,7 +42,7 @@ def _run(client, exp, *, alg, task, seed, final, start, t=0):
 
 def _suite_store(root, *, arpo=True, duplicate=False):
     uri = f"sqlite:///{root / 'mlruns.db'}"
-    client = MlflowClient(uri)
+    client = open_client(uri)
     exp = client.create_experiment("suite", artifact_location=(root / "a").as_uri())
     t = 0
     for task, W in TASKS.items():
