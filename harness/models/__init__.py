@@ -24,7 +24,7 @@ def check_model_for_task(model_cfg: Any, task_cfg: Any, *, local_files: bool = T
     """The refusals of a model that need no more than the config and, with ``local_files``, the
     file system (``harness.config.validate_config``, so the CLI's preflight, in seconds): a
     text-only model for a task that declares images, and a ``model=hf`` path that is unset,
-    missing, or not a model directory. An uncached hub id is refused when it is resolved."""
+    missing, not a model directory, or a hub id not in the local Hugging Face cache."""
     from harness.compat import IMAGES, task_offers
 
     if model_cfg.source in TEXT_ONLY_SOURCES and IMAGES in task_offers(str(task_cfg.name),
@@ -32,9 +32,9 @@ def check_model_for_task(model_cfg: Any, task_cfg: Any, *, local_files: bool = T
         raise _images_refusal(str(task_cfg.name), str(task_cfg.get("variant", "")),
                               str(model_cfg.name))
     if local_files and model_cfg.source == "hf":
-        from harness.models.hub import check_local_path
+        from harness.models.hub import model_dir
 
-        check_local_path(model_cfg)
+        model_dir(model_cfg)
 
 
 def resolve_tiny(model_cfg: Any, task: Any, progress: bool = True, force: bool = False) -> str:

@@ -11,11 +11,12 @@ from harness.task import Task
 from harness.typed_config import ConfigError
 
 
-def check_local_path(model_cfg: Any) -> Path | None:
-    """What can be said of ``model.path`` from the file system alone (the CLI's preflight calls
-    it, before anything is built or imported): the model directory, or ``None`` for what can
-    only be a hub id. Raises :class:`ConfigError` when it is not set or names a directory
-    without ``config.json``, :class:`FileNotFoundError` when a local path does not exist."""
+def model_dir(model_cfg: Any) -> str:
+    """The local directory of ``model.path``: the path itself, or the snapshot of a hub id in
+    the local Hugging Face cache (looked up, never fetched). Called by the CLI's preflight
+    (``harness.models.check_model_for_task``) and again when the run resolves its model. Raises
+    :class:`ConfigError` when it is not set, names a directory without ``config.json`` or an
+    uncached hub id; :class:`FileNotFoundError` when a local path does not exist."""
     spec = str(model_cfg.path or "").strip()
     if not spec:
         raise ConfigError(f"model.path is not set for model={model_cfg.name}: give a local "
@@ -26,20 +27,10 @@ def check_local_path(model_cfg: Any) -> Path | None:
         if not (path / "config.json").is_file():
             raise ConfigError(f"model.path={spec!r} has no config.json: not a Hugging Face "
                               "model directory (save one with model.save_pretrained(dir))")
-        return path.resolve()
+        return str(path.resolve())
     if spec.startswith(("/", ".", "~")) or spec.count("/") != 1:
         raise FileNotFoundError(f"model.path={spec!r} does not exist (a local directory, or a "
                                 "hub id org/name already in the Hugging Face cache)")
-    return None
-
-
-def resolve_hf(model_cfg: Any, task: Task, progress: bool = True, force: bool = False) -> str:
-    """The local directory of ``model.path``: the path itself, or the snapshot of a cached hub
-    id. Raises :class:`ConfigError` for a missing path or an uncached hub id."""
-    local = check_local_path(model_cfg)
-    if local is not None:
-        return str(local)
-    spec = str(model_cfg.path).strip()
     from huggingface_hub import snapshot_download
     from huggingface_hub.errors import LocalEntryNotFoundError
 
@@ -50,3 +41,8 @@ def resolve_hf(model_cfg: Any, task: Task, progress: bool = True, force: bool = 
             f"model.path={spec!r} is not a local directory and not in the Hugging Face cache; "
             f"rlbench downloads nothing: give a local path or pre-fetch it "
             f"(huggingface-cli download {spec})") from None
+
+
+def resolve_hf(model_cfg: Any, task: Task, progress: bool = True, force: bool = False) -> str:
+    """``model=hf``'s model: :func:`model_dir` (nothing is built for it)."""
+    return model_dir(model_cfg)

@@ -60,9 +60,9 @@ CASES = [
 
 
 # in a subprocess: refused inside the Hydra app (which would set up Hydra's logging in this
-# process), or, for the hub id, huggingface_hub reads HF_HOME (the empty cache) when imported.
-# The others are refused by the preflight, before Hydra's main (harness.config.validate_config)
-SUBPROCESS_CASES = {"model=hf, uncached hub id", "an empty eval set"}
+# process). The others are refused by the preflight, before Hydra's main
+# (harness.config.validate_config)
+SUBPROCESS_CASES = {"an empty eval set"}
 # slow: each of them starts a Python with torch and MLflow (over ~5 s on 2 cores)
 SLOW_CASES = SUBPROCESS_CASES
 
@@ -71,8 +71,12 @@ SLOW_CASES = SUBPROCESS_CASES
     pytest.param(*c, id=c[0], marks=[pytest.mark.slow] if c[0] in SLOW_CASES else [])
     for c in CASES])
 def test_bad_input_exits_2_with_one_line_naming_it(name, args, needles, tmp_path, cli_env,
-                                                   rlbench_in_process):
+                                                   rlbench_in_process, monkeypatch):
+    from huggingface_hub import constants
+
     env = {**cli_env, "HF_HOME": str(tmp_path / "hf")}  # an empty Hugging Face cache
+    # ... in this process too, where huggingface_hub read HF_HOME when first imported
+    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(tmp_path / "hf" / "hub"))
     if name in SUBPROCESS_CASES:
         out = subprocess.run([*RLBENCH, *args], env=env, cwd=tmp_path, capture_output=True,
                              text=True, timeout=300)

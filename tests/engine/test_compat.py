@@ -104,17 +104,27 @@ def test_a_text_only_model_is_refused_for_a_task_declaring_images_before_any_dat
               multirun=False)
 
 
-def test_a_model_path_that_is_unset_missing_or_not_a_model_is_refused_by_the_preflight(
-        capsys, tmp_path):
+def test_a_model_path_that_is_unset_missing_not_a_model_or_uncached_is_refused_by_the_preflight(
+        capsys, tmp_path, monkeypatch):
+    from huggingface_hub import constants
+
+    cache = tmp_path / "hub"  # a Hugging Face cache holding one snapshot of SomeOrg/cached
+    snapshot = cache / "models--SomeOrg--cached" / "snapshots" / "abc123"
+    snapshot.mkdir(parents=True)
+    (snapshot / "config.json").write_text("{}")
+    (cache / "models--SomeOrg--cached" / "refs").mkdir()
+    (cache / "models--SomeOrg--cached" / "refs" / "main").write_text("abc123")
+    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(cache))
     for path, needle in ((None, "model.path is not set"),
                          (tmp_path / "nope", "does not exist"),
-                         (tmp_path, "has no config.json")):
+                         (tmp_path, "has no config.json"),
+                         ("SomeOrg/uncached", "rlbench downloads nothing")):
         with pytest.raises(SystemExit) as exc:
             preflight(["model=hf", *([f"model.path={path}"] if path else [])], multirun=False)
         assert exc.value.code == 2 and needle in capsys.readouterr().err
-    # a hub id is left to the run (the Hugging Face cache is read there), as is --cfg's config
-    preflight(["model=hf", "model.path=SomeOrg/some-model"], multirun=False)
-    preflight(["model=hf"], multirun=False, hardware=False)
+    preflight(["model=hf", "model.path=SomeOrg/cached"], multirun=False)
+    preflight(["model=hf", f"model.path={snapshot}"], multirun=False)
+    preflight(["model=hf"], multirun=False, hardware=False)  # --cfg: nothing is run
 
 
 def test_the_compatible_sweeper_drops_a_cell_its_configuration_cannot_run():
