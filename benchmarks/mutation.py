@@ -148,11 +148,6 @@ MODULES: dict[str, tuple[list[str], list[str], list[str]]] = {
 # Tests that cannot run twice in one process (mutmut runs the selected tests in-process once to
 # map tests to functions, then again as the clean run): left out of the mutation run, with why.
 DESELECT: dict[str, list[str]] = {
-    # failed with a NameError (`cells.` left over from the rename to cell_plan) when the table
-    # in benchmarks/README.md was measured, and is fixed since: drop this entry on the next
-    # measurement; tests/engine/test_cell_plan.py checks the same release-on-failure rule
-    "harness/cell_plan.py": [
-        "tests/engine/test_claims.py::test_plan_cell_releases_its_claim_when_planning_fails"],
     # mutates its own parametrize argument (finals["grpo"]["9"] = ...), so the second run in the
     # same process sees a task with seed noise and the pytest.raises fails
     "harness/report/aggregate.py": [

@@ -45,6 +45,15 @@ def test_config_hash_is_16_hex_digits_of_sha256_of_the_sorted_json():
     assert config_hash(OmegaConf.create(data)) == expected
 
 
+def test_config_hash_does_not_depend_on_the_order_of_the_keys():
+    """``+task.eval.a.path=.. +task.eval.b.path=..`` in either order, or a yaml listing its keys
+    in another order, compose the same cell: a rerun must skip it, not train it again."""
+    one = {"seed": 0, "task": {"eval": {"a": {"n": 1}, "b": {"n": 2}}}}
+    other = {"task": {"eval": {"b": {"n": 2}, "a": {"n": 1}}}, "seed": 0}
+    assert config_hash(one) == config_hash(other)
+    assert config_hash(OmegaConf.create(one)) == config_hash(OmegaConf.create(other))
+
+
 def test_config_hash_ignores_the_non_semantic_keys_only():
     base = {"seed": 0, "trainer": {"lr": 1.0}, "backend": {"threads": 1}}
     h = config_hash(base)
