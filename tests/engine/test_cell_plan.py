@@ -142,7 +142,7 @@ def test_a_finished_run_with_the_hash_is_skipped(monkeypatch):
     client = Client([run("r0", "KILLED"), run("r1", "FINISHED")])
     plan = plan_cell(cfg(), client, "7")
     digest = config_hash(cfg())
-    assert (plan.action, plan.run_id) == ("skip", "r1")
+    assert (plan.action, plan.run_id, plan.config_hash) == ("skip", "r1", digest)
     assert plan.reason == (f"run r1 FINISHED with config hash {digest} "
                            "(trainer.skip_finished=false runs it again)")
     assert client.queries == [(["7"], f"tags.`{HASH_TAG}` = '{digest}'",
@@ -173,6 +173,7 @@ def test_the_newest_unfinished_run_with_a_checkpoint_is_resumed(monkeypatch, tmp
     plan = plan_cell(cfg(skip_finished=False), client, "7")
     assert (plan.action, plan.run_id, plan.checkpoint, plan.output_dir) == (
         "resume", "r3", ck, tmp_path / "b")
+    assert plan.config_hash == config_hash(cfg(skip_finished=False))
     assert plan.reason == f"run r3 ended RUNNING with a checkpoint at {ck}"
 
 
@@ -197,6 +198,9 @@ def test_resume_from_a_path_reads_the_run_id_and_output_dir(tmp_path):
     assert (plan.action, plan.run_id, plan.checkpoint, plan.output_dir) == (
         "resume", "abc", ck, tmp_path / "out")
     assert plan.reason == f"trainer.resume={tmp_path / 'out'}"
+    # the resumed run is tagged with its cell's hash (trainer.resume is not part of it), so a
+    # sweep of the same cell afterwards finds it FINISHED and skips it
+    assert plan.config_hash == config_hash(cfg()) == config_hash(cfg(resume=str(tmp_path)))
 
 
 def test_resume_from_a_bare_checkpoint_dir_uses_it_as_the_output_dir(tmp_path):
