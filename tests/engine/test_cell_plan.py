@@ -54,6 +54,15 @@ def test_config_hash_does_not_depend_on_the_order_of_the_keys():
     assert config_hash(OmegaConf.create(one)) == config_hash(OmegaConf.create(other))
 
 
+def test_an_unset_block_seed_hashes_as_before_the_key_existed_and_a_set_one_does_not():
+    """Runs made before ``block_seed`` existed still skip their cells; an A/A run (a set
+    block seed) is another cell than the plain run of its seed."""
+    before = {"seed": 0, "algorithm": {"name": "grpo"}}
+    assert config_hash({**before, "block_seed": None}) == config_hash(before)
+    assert config_hash(OmegaConf.create({**before, "block_seed": None})) == config_hash(before)
+    assert config_hash({**before, "block_seed": 0}) != config_hash(before)
+
+
 def test_config_hash_ignores_the_non_semantic_keys_only():
     base = {"seed": 0, "trainer": {"lr": 1.0}, "backend": {"threads": 1}}
     h = config_hash(base)
