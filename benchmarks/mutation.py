@@ -17,8 +17,9 @@ and writes to ``.mutation/results/<module>.json`` (``results-baseline/`` with ``
 which runs only the test files that predate the mutation run, the first list of each module in
 ``MODULES``):
 
-- killed: mutants a test failed on; a timeout (tests 3x slower than on the clean code) counts
-  as killed: the mutant changed behaviour;
+- killed: mutants a test failed on; a timeout (tests 3x slower than on the clean code) is
+  rerun alone without mutmut's limit (``recheck_timeouts``: load beside the run makes unchanged
+  mutants that slow) and counts as killed only if a test then fails, or it hangs again;
 - survived: mutants every selected test passed on; a mutant in a function none of the selected
   tests call ("no tests") is counted as survived too (nothing guards it);
 - kill rate = killed / (killed + survived), i.e. over every mutant of the scope;
@@ -240,6 +241,14 @@ print(json.dumps({"verdicts": verdicts, "diffs": diffs}))
 """
 
 
+READ_BACK_DIFFS = """
+import json, sys
+from mutmut.mutation.diff_apply import get_diff_for_mutant
+module, names = sys.argv[1], sys.argv[2:]
+print(json.dumps({k: get_diff_for_mutant(k, path=module) for k in names}))
+"""
+
+
 NAMES = """
 import json, sys
 from mutmut.mutation.file_mutation import mutate_file_contents
@@ -255,6 +264,41 @@ def sample_names(ws: Path, module: str, k: int) -> list[str]:
                          text=True, capture_output=True, check=True).stdout
     names = json.loads(out)
     return sorted(random.Random(0).sample(names, min(k, len(names))))
+
+
+# a timed-out mutant is rerun alone with at most this long for its tests (see recheck_timeouts)
+RECHECK_LIMIT_S = 900
+
+
+def recheck_timeouts(ws: Path, names: list[str]) -> dict[str, str]:
+    """The verdict of each timed-out mutant, rerun alone. mutmut calls a mutant whose tests run
+    over ``timeout_multiplier`` times the clean run's time a timeout, and a timeout counts as
+    killed; on a loaded machine (a sweep beside it) a mutant that changes nothing can be that
+    slow, and was counted as killed. Each is rerun here with the module's selected tests and
+    pytest arguments (its ``setup.cfg``) and ``MUTANT_UNDER_TEST`` set (mutmut's switch): every
+    test passing is ``survived``, any failure or error ``killed``, over
+    :data:`RECHECK_LIMIT_S` again ``timeout`` (a hang, killed)."""
+    import configparser
+
+    cfg = configparser.ConfigParser()
+    cfg.read(ws / "setup.cfg")
+    def lines(key: str) -> list[str]:  # one argument per line, as prepare writes them
+        return [a.strip() for a in cfg["mutmut"][key].splitlines() if a.strip()]
+
+    args, tests = lines("pytest_add_cli_args"), lines("pytest_add_cli_args_test_selection")
+    out = {}
+    for name in names:
+        env = dict(os.environ, PYTHONDONTWRITEBYTECODE="1", MUTANT_UNDER_TEST=name)
+        try:
+            proc = subprocess.run([sys.executable, "-m", "pytest", "-x", "-q", *args, *tests],
+                                  cwd=ws / "mutants", env=env, capture_output=True, text=True,
+                                  timeout=RECHECK_LIMIT_S)
+        except subprocess.TimeoutExpired:
+            out[name] = "timeout"
+        else:
+            out[name] = "survived" if proc.returncode == 0 else "killed"
+        print(f"recheck {name}: {out[name]}", flush=True)
+    return out
 
 
 def run_module(module: str, jobs: int, baseline: bool, sample: int = 0,
@@ -274,6 +318,14 @@ def run_module(module: str, jobs: int, baseline: bool, sample: int = 0,
     verdicts, diffs = data["verdicts"], data["diffs"]
     if globs:
         verdicts = {k: v for k, v in verdicts.items() if any(fnmatch(k, g) for g in globs)}
+    timeouts = sorted(k for k, v in verdicts.items() if v == "timeout")
+    rechecked = recheck_timeouts(ws, timeouts)
+    verdicts.update(rechecked)
+    if any(v == "survived" for v in rechecked.values()):  # their diffs, for the survivors file
+        back = subprocess.run([sys.executable, "-c", READ_BACK_DIFFS, module,
+                               *[k for k, v in rechecked.items() if v == "survived"]],
+                              cwd=ws, text=True, capture_output=True, check=True)
+        diffs.update(json.loads(back.stdout))
     counts: dict[str, int] = {}
     for status in verdicts.values():
         counts[status] = counts.get(status, 0) + 1
@@ -291,6 +343,7 @@ def run_module(module: str, jobs: int, baseline: bool, sample: int = 0,
         "mutmut_exit": proc.returncode,
         "wall_s": round(wall, 1),
         "statuses": counts,
+        "timeouts_rechecked": {k: rechecked[k] for k in timeouts},
         "mutants": total,
         "killed": killed,
         "survived": len(surv),
