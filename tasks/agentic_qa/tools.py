@@ -43,11 +43,6 @@ class Passage:
     text: str
 
 
-def cache_root() -> Path:
-    """``$RLBENCH_CACHE`` or ``~/.cache/rlbench`` (the same root as the tiny-model cache)."""
-    return cache_home()
-
-
 def load_corpus(path: str | Path) -> list[Passage]:
     """Passages of a corpus file. Layouts: JSON lines of ``{"title", "text"}`` (or FlashRAG's
     ``{"contents": "title\\ntext"}``), a JSON list of such objects, or a JSON object mapping a
@@ -98,7 +93,7 @@ class BM25Search:
         self.stopwords = stopwords
         self.params = {"k1": k1, "b": b, "method": method, "stopwords": stopwords}
         self.key = self._key()
-        self.index_dir = Path(cache_dir or cache_root() / "bm25") / self.key
+        self.index_dir = Path(cache_dir or cache_home() / "bm25") / self.key
         self.built = False
         with _MEMO_LOCK:
             retriever = _MEMO.get(self.key) if memo else None

@@ -374,11 +374,6 @@ class _Painter:
         self.label(spots, pretty(label) + "°")
 
 
-def cache_root() -> Path:
-    """``$RLBENCH_CACHE`` or ``~/.cache/rlbench`` (the tiny models' cache root)."""
-    return cache_home()
-
-
 def diagram_key(record: dict[str, Any], size: int) -> str:
     payload = json.dumps({"v": RENDER_VERSION, "size": size, "record": record}, sort_keys=True)
     return hashlib.sha256(payload.encode()).hexdigest()
@@ -386,7 +381,7 @@ def diagram_key(record: dict[str, Any], size: int) -> str:
 
 def diagram_png(record: dict[str, Any], size: int = 336, cache_dir: Path | None = None) -> bytes:
     """The rendered diagram as PNG bytes, from the disk cache when it is there."""
-    root = Path(cache_dir) if cache_dir else cache_root()
+    root = Path(cache_dir) if cache_dir else cache_home()
     path = root / "geometry3k" / f"diagrams-v{RENDER_VERSION}" / f"{diagram_key(record, size)}.png"
     if path.is_file():
         return path.read_bytes()
