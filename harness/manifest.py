@@ -10,7 +10,6 @@ import sys
 from pathlib import Path
 from typing import Any
 
-import torch
 from omegaconf import OmegaConf
 
 PACKAGES = ("rlbench", "torch", "transformers", "tokenizers", "mlflow", "hydra-core", "omegaconf",
@@ -102,6 +101,8 @@ def cpu_label() -> str:
     vector instruction set torch dispatches its kernels for (``AVX2``, ``AVX512``, ...). The
     same cell at the same commit on two CPUs starts from float-level different warm starts and
     trains along different paths (docs/suite.md, Machines), so every run is tagged with it."""
+    import torch  # here, not at the top: the CLI's other commands need no torch
+
     name = platform.processor() or platform.machine()
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():
@@ -114,6 +115,8 @@ def cpu_label() -> str:
 
 
 def hardware() -> dict[str, Any]:
+    import torch
+
     info: dict[str, Any] = {
         "platform": platform.platform(),
         "cpu": cpu_label(),

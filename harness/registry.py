@@ -60,6 +60,9 @@ class Registry(Generic[T]):
             existing = self._entries[name]
             if existing is obj or _same_definition(existing, obj):
                 return  # the same module imported twice (e.g. as a plugin and directly)
+            if isinstance(existing, str) and existing == _spec_of(obj):
+                self._entries[name] = obj  # a lazy entry's module imported: the object itself
+                return
             raise RegistryError(
                 f"{self.kind} {name!r} is already registered (by {_describe(existing)}); "
                 f"cannot register {_describe(obj)} under the same name"
@@ -129,6 +132,13 @@ def _same_definition(a: object, b: object) -> bool:
         and getattr(a, "__module__", None) == getattr(b, "__module__", None)
         and getattr(a, "__qualname__", None) == getattr(b, "__qualname__", None)
     )
+
+
+def _spec_of(obj: object) -> str | None:
+    """``"module:qualname"`` of a definition, the form of a lazy entry; None for a string."""
+    if isinstance(obj, str):
+        return None
+    return f"{getattr(obj, '__module__', '?')}:{getattr(obj, '__qualname__', '?')}"
 
 
 def _describe(obj: object) -> str:

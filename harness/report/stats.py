@@ -33,7 +33,6 @@ from collections.abc import Hashable, Iterable, Mapping
 from dataclasses import dataclass
 
 import numpy as np
-from scipy import stats as _st
 
 __all__ = [
     "Interval",
@@ -98,6 +97,8 @@ def t_interval(values: Iterable[float], confidence: float = 0.95) -> Interval:
     if np.ptp(x) == 0:  # tested on the values, not on s, which rounding can leave at 1e-17
         v = float(x[0])
         return Interval(v, v, v, int(x.size), "t", math.nan)
+    from scipy import stats as _st  # here: importing the tables must not cost scipy's second
+
     mean, se = float(x.mean()), float(x.std(ddof=1)) / math.sqrt(x.size)
     half = float(_st.t.ppf(0.5 + confidence / 2.0, df=x.size - 1)) * se
     p = float(2.0 * _st.t.sf(abs(mean) / se, df=x.size - 1))

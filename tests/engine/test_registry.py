@@ -42,6 +42,36 @@ def test_lazy_entry_imports_only_when_fetched():
     assert r.get("od") is OrderedDict
 
 
+def test_a_lazy_entry_is_replaced_by_its_own_definition_and_by_no_other():
+    # harness/__init__.py registers the `group` rollout lazily; importing harness.rollout then
+    # runs its decorator on the same definition, which must not count as a second registration
+    r: Registry = Registry("widget")
+    r.register("od", "collections:OrderedDict")
+    from collections import Counter, OrderedDict
+
+    assert r.register("od", OrderedDict) is OrderedDict and r._entries["od"] is OrderedDict
+    with pytest.raises(RegistryError, match="already registered"):
+        r.register("od", Counter)
+    r.register("c", "collections:Counter")
+    with pytest.raises(RegistryError, match="already registered"):
+        r.register("c", OrderedDict)
+
+
+def test_the_command_line_imports_no_torch_until_a_command_needs_it(tmp_path):
+    # `rlbench --help`, `board`, `export` and `import` start in well under a second: torch (and
+    # scipy) are imported by the code that uses them, not by `import harness`
+    import subprocess
+    import sys
+
+    code = ("import sys, harness, harness.cli.transfer, harness.manifest, harness.report.config; "
+            "from harness.cli.main import build_parser; build_parser(); "
+            "print(sorted(k for k in ('torch', 'scipy', 'harness.rollout') if k in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         cwd=tmp_path, timeout=120)
+    assert out.returncode == 0 and out.stdout.strip() == "[]", out.stderr[-2000:]
+    assert "group" in reg.ROLLOUTS and reg.ROLLOUTS.get("group").__module__ == "harness.rollout"
+
+
 def test_lazy_entry_with_missing_module_names_the_extra():
     r: Registry = Registry("backend")
     r.register("vllm", "not_a_real_module_xyz:Engine")
