@@ -300,7 +300,7 @@ def test_reproduce_names_a_commit_only_when_every_run_shares_one_clean_commit():
 # listed with its own commit: every run of it must be there, and the list should shrink to none.
 ONE_COMMIT = "28e09c2536ef"
 REGENERATED = {"testbed-offpolicy": "eb9084f7602c",  # tuned on disjoint seeds, with controls
-               "suite": "5d946209dca0",  # the suite, in progress: every cell at one commit
+               "suite": "5d946209dca0",  # the suite: 360 cells over machine runs, one commit
                "lantern": "f46a5940c1a5",  # with its A/A control
                "testbed-entropy": "ea11bd863535",  # entropy against its target, controls
                "testbed-lope-tokens": "47fd6d2ab8a0",  # LOPE vs GRPO at equal tokens
