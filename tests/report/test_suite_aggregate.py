@@ -176,6 +176,33 @@ def test_performance_profile_is_seeded_and_leaves_the_global_generator_alone(tmp
     assert (bands[0]["maxrl"] == bands[1]["maxrl"]).all()
 
 
+def test_each_performance_profile_legend_entry_is_its_own_algorithms_line(tmp_path,
+                                                                         monkeypatch):
+    # with bands drawn, a legend given a list of names paired them with lines and bands in
+    # drawing order: the best algorithm's line was labelled with another's name
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from matplotlib.figure import Figure
+    from matplotlib.lines import Line2D
+
+    from harness.report.plots import style
+
+    saved = []
+    monkeypatch.setattr(Figure, "savefig", lambda fig, *a, **k: saved.append(fig))
+    agg = aggregate(_tasks({"grpo": 0.0, "maxrl": 0.02, "rloo": -0.01, "dapo": 0.05}), reps=50)
+    performance_profile(agg, tmp_path / "p.png", reps=50)
+    (ax,) = saved[0].axes
+    legend = ax.get_legend()
+    labels = [t.get_text() for t in legend.get_texts()]
+    assert sorted(labels) == ["dapo", "maxrl", "rloo"]
+    lines = {line.get_label(): line for line in ax.get_lines()}
+    for label, handle in zip(labels, legend.legend_handles):
+        assert isinstance(handle, Line2D), (label, handle)  # not an interval band
+        assert handle.get_color() == lines[label].get_color(), label
+        assert matplotlib.colors.same_color(handle.get_color(), style(label).color), label
+
+
 def test_iqm_is_scipys_trimmed_mean_and_the_interval_contains_it():
     tasks = _tasks({"grpo": 0.0, "maxrl": 0.02}, seeds=10, noise=0.05)
     x = np.array([[t.effects("maxrl")[str(s)] for t in tasks] for s in range(10)])
