@@ -235,17 +235,9 @@ module = sys.argv[1]
 m = SourceFileMutationData(path=Path(module))
 m.load()
 verdicts = {k: status_by_exit_code[v] for k, v in m.exit_code_by_key.items()}
-diffs = {k: get_diff_for_mutant(k, path=module) for k, s in verdicts.items() if s != "killed"
-         and s != "timeout"}
+# timeouts too: a rechecked timeout can turn out a survivor (recheck_timeouts)
+diffs = {k: get_diff_for_mutant(k, path=module) for k, s in verdicts.items() if s != "killed"}
 print(json.dumps({"verdicts": verdicts, "diffs": diffs}))
-"""
-
-
-READ_BACK_DIFFS = """
-import json, sys
-from mutmut.mutation.diff_apply import get_diff_for_mutant
-module, names = sys.argv[1], sys.argv[2:]
-print(json.dumps({k: get_diff_for_mutant(k, path=module) for k in names}))
 """
 
 
@@ -321,11 +313,6 @@ def run_module(module: str, jobs: int, baseline: bool, sample: int = 0,
     timeouts = sorted(k for k, v in verdicts.items() if v == "timeout")
     rechecked = recheck_timeouts(ws, timeouts)
     verdicts.update(rechecked)
-    if any(v == "survived" for v in rechecked.values()):  # their diffs, for the survivors file
-        back = subprocess.run([sys.executable, "-c", READ_BACK_DIFFS, module,
-                               *[k for k, v in rechecked.items() if v == "survived"]],
-                              cwd=ws, text=True, capture_output=True, check=True)
-        diffs.update(json.loads(back.stdout))
     counts: dict[str, int] = {}
     for status in verdicts.values():
         counts[status] = counts.get(status, 0) + 1
