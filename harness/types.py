@@ -10,9 +10,10 @@ on the trajectory into training, never re-processed.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import torch
+if TYPE_CHECKING:  # annotations only: a verifier's or a judge's process need not load torch
+    import torch
 
 
 @dataclass

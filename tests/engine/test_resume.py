@@ -4,6 +4,7 @@ as a user or a cluster runs them)."""
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import subprocess
 import time
@@ -93,46 +94,60 @@ def test_sigkilled_run_resumes_to_the_same_metrics_as_an_uninterrupted_run(tmp_p
     assert set(ours) == set(theirs)
 
 
-@pytest.mark.slow
-def test_rerunning_a_sweep_skips_the_finished_cells(tmp_path, cli_env):
-    # one step, no evaluation: what is skipped is decided by the cell's config and its run's
-    # status, not by what the run did
-    sweep = ["sweep", "algorithm=grpo,rloo", "seed=0", *QUIET_RUN, "trainer.steps=1",
-             "trainer.eval_every=0", "trainer.status_every=0"]
-    first = rlbench(*sweep, env=cli_env, cwd=tmp_path)
-    assert first.returncode == 0, first.stderr[-2000:]
-    again = rlbench(*sweep, env=cli_env, cwd=tmp_path)
-    assert again.returncode == 0, again.stderr[-2000:]
-    assert again.stderr.count("skipped: run") == 2
-    client = MlflowClient(cli_env["MLFLOW_TRACKING_URI"])
-    runs = client.search_runs([client.get_experiment_by_name("rlbench").experiment_id])
-    assert sorted(r.data.tags["rlbench.algorithm"] for r in runs) == ["grpo", "rloo"]
-    assert all(r.info.status == "FINISHED" for r in runs)
-    # a changed knob is another cell (one of the two cells is enough to show it)
-    third = rlbench(*[a if a != "algorithm=grpo,rloo" else "algorithm=grpo" for a in sweep],
-                    "algorithm.loss.clip_high=0.28", env=cli_env, cwd=tmp_path)
-    assert third.returncode == 0 and "skipped: run" not in third.stderr
-    assert len(client.search_runs([runs[0].info.experiment_id])) == 3
+# one step, no evaluation: what is skipped is decided by the cell's config and its run's status,
+# not by what the run did
+LAUNCHED = ["sweep", "algorithm=grpo", *QUIET_RUN, "trainer.steps=1", "trainer.eval_every=0",
+            "trainer.status_every=0", "tracking.experiment=launchers"]
 
 
-@pytest.mark.slow
-def test_joblib_and_submitit_local_sweeps_land_in_one_experiment(tmp_path, cli_env):
-    common = ["sweep", "algorithm=grpo", *QUIET_RUN, "trainer.steps=1", "trainer.eval_every=0",
-              "trainer.status_every=0", "tracking.experiment=launchers"]
-    joblib = rlbench(*common, "seed=0,1", "hydra/launcher=joblib", "hydra.launcher.n_jobs=2",
-                     "backend.threads=0", env=cli_env, cwd=tmp_path)
+@pytest.fixture(scope="module")
+def launched(tmp_path_factory: pytest.TempPathFactory, model_cache: Path,
+             mlflow_schema: Path) -> dict:
+    """Seeds 0 and 1 swept on the joblib launcher (two jobs), seed 2 on submitit's local one,
+    into one store; the runs as they were then (the rerun test adds one). Shared by the two
+    tests below, so the rerun test skips cells a sweep of its own would have had to train."""
+    tmp = tmp_path_factory.mktemp("launchers")
+    store = tmp / "mlruns.db"
+    shutil.copyfile(mlflow_schema, store)
+    env = {k: v for k, v in os.environ.items() if k != "RLBENCH_COMMAND"}
+    env.update(RLBENCH_CACHE=str(model_cache), MLFLOW_TRACKING_URI=f"sqlite:///{store}")
+    joblib = rlbench(*LAUNCHED, "seed=0,1", "hydra/launcher=joblib", "hydra.launcher.n_jobs=2",
+                     "backend.threads=0", env=env, cwd=tmp)
     assert joblib.returncode == 0, joblib.stderr[-2000:]
-    submitit = rlbench(*common, "seed=2", "hydra/launcher=submitit_local",
-                       env=cli_env, cwd=tmp_path)
+    submitit = rlbench(*LAUNCHED, "seed=2", "hydra/launcher=submitit_local", env=env, cwd=tmp)
     assert submitit.returncode == 0, submitit.stderr[-2000:]
-    client = MlflowClient(cli_env["MLFLOW_TRACKING_URI"])
+    client = MlflowClient(env["MLFLOW_TRACKING_URI"])
     runs = client.search_runs([client.get_experiment_by_name("launchers").experiment_id])
+    return {"env": env, "cwd": tmp, "runs": runs}
+
+
+@pytest.mark.slow
+def test_joblib_and_submitit_local_sweeps_land_in_one_experiment(launched):
+    runs = launched["runs"]
     assert sorted(r.data.tags["rlbench.seed"] for r in runs) == ["0", "1", "2"]
     assert all(r.info.status == "FINISHED" for r in runs)
     joblib_threads = {r.data.params["backend.threads"] for r in runs
                       if r.data.tags["rlbench.seed"] != "2"}
     cores = os.cpu_count() or 1
     assert joblib_threads == {str(max(1, cores // min(2, cores)))}  # capped per job
+
+
+@pytest.mark.slow
+def test_rerunning_a_sweep_skips_the_finished_cells(launched):
+    env, cwd = launched["env"], launched["cwd"]
+    # the joblib sweep's two cells again, on the basic launcher: the launcher and the thread
+    # count are not part of a cell, so both are found FINISHED and skipped
+    again = rlbench(*LAUNCHED, "seed=0,1", env=env, cwd=cwd)
+    assert again.returncode == 0, again.stderr[-2000:]
+    assert again.stderr.count("skipped: run") == 2
+    client = MlflowClient(env["MLFLOW_TRACKING_URI"])
+    experiment = client.get_experiment_by_name("launchers").experiment_id
+    assert len(client.search_runs([experiment])) == 3
+    # a changed knob is another cell (one of the cells is enough to show it)
+    third = rlbench(*LAUNCHED, "seed=0", "algorithm.loss.clip_high=0.28", env=env, cwd=cwd)
+    assert third.returncode == 0 and "skipped: run" not in third.stderr, third.stderr[-2000:]
+    runs = client.search_runs([experiment])
+    assert len(runs) == 4 and all(r.info.status == "FINISHED" for r in runs)
 
 
 def test_config_hash_ignores_where_and_how_verbosely_a_run_logs(tmp_path, model_cache):

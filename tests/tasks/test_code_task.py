@@ -162,3 +162,16 @@ def test_config_dataclasses_are_the_yaml_defaults():
     assert cfg.task.tiny.heldout == TinyConfig().heldout
     assert cfg.task.grader.cpu_s == GraderConfig().cpu_s
     assert [f.name for f in dataclasses.fields(GraderConfig)] == list(cfg.task.grader.keys())
+
+
+def test_the_code_grader_and_every_task_load_without_torch(tmp_path):
+    # a grading process (a judge of its own, a verifier's worker, each process the hostile suite
+    # starts) imports the grader and with it every task: ~1.6 s of CPU more each if a value type
+    # pulled torch in (harness/types.py names it in annotations only)
+    import subprocess
+    import sys
+
+    code = "import sys, tasks, tasks.code.grading; print('torch' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         cwd=tmp_path, timeout=120)
+    assert out.returncode == 0 and out.stdout.strip() == "False", out.stderr[-2000:]
