@@ -56,7 +56,7 @@ def measure(command: Sequence[str]) -> dict[str, float | int | str]:
 
 
 def modules() -> list[str]:
-    """Every test module under tests/ (as pytest collects them)."""
+    """Every test module under tests/ (its `test_*.py` files)."""
     return sorted(str(p.relative_to(ROOT)) for p in (ROOT / "tests").glob("**/test_*.py"))
 
 

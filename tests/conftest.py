@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from harness.cli import compose_config
-from tests.helpers import FAST_PRETRAIN
+from tests.helpers import FAST_PRETRAIN, cli_environment
 
 HEAVY_GROUP = "machine_to_itself"
 # the test modules whose tests use the ``machine_to_itself`` fixture (checked at collection)
@@ -147,16 +147,7 @@ def mlflow_schema(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def cli_env(tmp_path: Path, model_cache: Path, mlflow_schema: Path) -> dict[str, str]:
     """Environment for `rlbench` subprocesses: private cache, MLflow store and cwd. The store
     starts as a copy of the session's migrated empty one (:func:`mlflow_schema`)."""
-    import shutil
-
-    env = dict(os.environ)
-    env.pop("RLBENCH_COMMAND", None)  # a subprocess is a command of its own
-    env["RLBENCH_CACHE"] = str(model_cache)
-    store = tmp_path / "mlruns.db"
-    if not store.exists():
-        shutil.copyfile(mlflow_schema, store)
-    env["MLFLOW_TRACKING_URI"] = f"sqlite:///{store}"
-    return env
+    return cli_environment(tmp_path, model_cache, mlflow_schema)
 
 
 @pytest.fixture

@@ -9,6 +9,8 @@ cheap.
 from __future__ import annotations
 
 import importlib.util
+import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -68,6 +70,20 @@ QUIET_RUN = [*FAST_PRETRAIN, "backend.threads=1", "data.prompts_per_step=4", "ro
              "task.tiny.eval.heldout.limit=16", "task.tiny.eval.heldout.n=4",
              "task.tiny.eval.heldout.k=[1,4]"]
 """Overrides of a quick ``rlbench train`` (the warm start of the fixtures, small batches)."""
+
+
+def cli_environment(directory: Path, model_cache: Path, schema: Path) -> dict[str, str]:
+    """Environment for ``rlbench`` subprocesses: this process's, without its command, with the
+    model cache and an MLflow store ``directory/mlruns.db`` that starts as a copy of ``schema``
+    (the session's migrated empty store, ``tests/conftest.py:mlflow_schema``)."""
+    env = dict(os.environ)
+    env.pop("RLBENCH_COMMAND", None)  # a subprocess is a command of its own
+    env["RLBENCH_CACHE"] = str(model_cache)
+    store = directory / "mlruns.db"
+    if not store.exists():
+        shutil.copyfile(schema, store)
+    env["MLFLOW_TRACKING_URI"] = f"sqlite:///{store}"
+    return env
 
 
 def rlbench(*args: str, env: dict[str, str], cwd: Path, timeout: int = 300):

@@ -4,7 +4,6 @@ as a user or a cluster runs them)."""
 from __future__ import annotations
 
 import os
-import shutil
 import signal
 import subprocess
 import time
@@ -15,7 +14,7 @@ from mlflow.tracking import MlflowClient
 
 from harness.cell_plan import config_hash, plan_cell, resume_mode
 from harness.tracking import open_client
-from tests.helpers import QUIET_RUN, RLBENCH, make_config, rlbench
+from tests.helpers import QUIET_RUN, RLBENCH, cli_environment, make_config, rlbench
 
 RUN = [*QUIET_RUN, "trainer.steps=24", "trainer.eval_every=8", "trainer.checkpoint_every=8",
        "trainer.status_every=0"]
@@ -107,10 +106,7 @@ def launched(tmp_path_factory: pytest.TempPathFactory, model_cache: Path,
     into one store; the runs as they were then (the rerun test adds one). Shared by the two
     tests below, so the rerun test skips cells a sweep of its own would have had to train."""
     tmp = tmp_path_factory.mktemp("launchers")
-    store = tmp / "mlruns.db"
-    shutil.copyfile(mlflow_schema, store)
-    env = {k: v for k, v in os.environ.items() if k != "RLBENCH_COMMAND"}
-    env.update(RLBENCH_CACHE=str(model_cache), MLFLOW_TRACKING_URI=f"sqlite:///{store}")
+    env = cli_environment(tmp, model_cache, mlflow_schema)  # cli_env, once for the module
     joblib = rlbench(*LAUNCHED, "seed=0,1", "hydra/launcher=joblib", "hydra.launcher.n_jobs=2",
                      "backend.threads=0", env=env, cwd=tmp)
     assert joblib.returncode == 0, joblib.stderr[-2000:]
