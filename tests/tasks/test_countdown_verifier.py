@@ -189,3 +189,23 @@ def test_solutions_with_division_verify_for_every_small_problem():
 def test_reachable_values_are_exact():
     assert reachable_values([1, 2]) == {Fraction(3), Fraction(-1), Fraction(1), Fraction(2),
                                         Fraction(1, 2)}
+
+
+def test_without_division_integer_arithmetic_gives_the_fraction_solvers_answers(monkeypatch):
+    # Without "/" the solver computes in ints; forced back to Fractions it must list the same
+    # problems, in the same order, and write the same expression for each (a sample of the
+    # default tiny pool: every multiset of 1..15, their targets, and unreachable targets).
+    from tasks.countdown import solver
+
+    problems = enumerate_tiny_problems(count=3, max_number=15, ops="+-*")
+    sample = [*problems[::7], ((2, 3, 5), 1000), ((4, 6, 9), 7)]
+    fast = [solve(nums, target, ops="+-*") for nums, target in sample]
+    assert all(isinstance(v, int) for v in reachable_values([3, 5, 7], ops="+-*"))
+    solver._table.cache_clear()
+    monkeypatch.setattr(solver, "_number", lambda n, ops: Fraction(n))
+    try:
+        assert enumerate_tiny_problems(count=3, max_number=15, ops="+-*") == problems
+        assert [solve(nums, target, ops="+-*") for nums, target in sample] == fast
+        assert all(isinstance(v, Fraction) for v in reachable_values([3, 5, 7], ops="+-*"))
+    finally:
+        solver._table.cache_clear()  # the Fraction tables must not outlive the patch
